@@ -1,0 +1,304 @@
+"""Multi-head self-attention over a pixel grid with relative positional encodings.
+
+Paper sections 2-3 (eqs. 1-15), A.1 (eq. 16) and 4.3. Run `python attention.py` for a
+one-screen demo of every encoding.
+
+Conventions, used in every file of this project:
+- Tokens are the pixels of an H x W grid in row-major order (T = H * W); a layer maps
+  `[B, H, W, D]` to `[B, H, W, D_out]`.
+- A shift is `delta = key - query` as (row, col): a head centred at `Delta = (0, 1)` attends
+  to the pixel right of the query. The paper writes `q - k` in Lemma 1 and `k - q` in A.1
+  and 4.3; we use `k - q` everywhere.
+- Probabilities are `P[h, q, k]` (heads x queries x keys). Logits depend on positions only,
+  unless `content=True` adds the data term of eq. 8.
+
+Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_val^(h)` and
+the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
+
+Two implementations give identical outputs and gradients from the same state_dict:
+- `impl="dense"` builds the full T x T logits from all (query, key) pairs and applies
+  eq. 12 literally: concatenate the heads' `P_h X`, then project. It is the reference.
+- `impl="fast"` (what `"auto"` picks) computes position-only probabilities once per forward
+  from the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus
+  a column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
+  `P_h = P_h^row (x) P_h^col`, so each head is an H x H and a W x W product instead of a
+  T x T one. Heads are applied one at a time and accumulated into the output through their
+  slice of the projection, which never materializes the [B, T, heads * D] concatenation.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ENCODINGS = ("quadratic", "gaussian", "learned", "sinusoidal", "mlp")
+IMPLS = ("auto", "dense", "fast")
+
+
+def kernel_shifts(heads: int) -> torch.Tensor:
+    """The K x K shifts of a K x K kernel (the set Delta_K of eq. 5), for heads = K^2: [heads, 2]."""
+    K = math.isqrt(heads)
+    if K * K != heads:
+        raise ValueError(f"a K x K kernel needs a square number of heads, got heads={heads}")
+    r = torch.arange(K) - K // 2
+    return torch.cartesian_prod(r, r).float()
+
+
+def pairwise_shifts(H: int, W: int) -> torch.Tensor:
+    """delta = key - query for every (query, key) pair of the H x W grid: [T, T, 2]."""
+    pos = torch.cartesian_prod(torch.arange(H), torch.arange(W)).float()  # [T, 2] row-major
+    return pos[None, :, :] - pos[:, None, :]
+
+
+def shift_table(H: int, W: int) -> torch.Tensor:
+    """Every distinct shift, rows -(H-1)..H-1 by cols -(W-1)..W-1: [2H-1, 2W-1, 2]."""
+    rows = torch.arange(-(H - 1), H).float()
+    cols = torch.arange(-(W - 1), W).float()
+    return torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)
+
+
+class Quadratic(nn.Module):
+    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head."""
+
+    separable = True
+
+    def __init__(self, heads: int, grid: tuple, dim: int):
+        super().__init__()
+        self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)  # Delta ~ N(0, 2^2)
+        self.width = nn.Parameter(1.0 + 0.01 * torch.randn(heads))  # s, with alpha = s^2 / 2 > 0
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.width**2 / 2
+
+    @alpha.setter
+    def alpha(self, value):
+        with torch.no_grad():
+            self.width.copy_(torch.as_tensor(2 * value).sqrt().expand_as(self.width))
+
+    def logits(self, delta):  # delta [..., 2] -> [heads, ...]
+        d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)
+        return -self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)
+
+    def axis_logits(self, delta, axis):  # 1-D shifts [...] along axis -> [heads, ...]
+        view = (-1, *[1] * delta.dim())
+        return -self.alpha.view(view) * (delta[None] - self.centers[:, axis].view(view)) ** 2
+
+
+class Gaussian(nn.Module):
+    """Eq. 16: logit = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta), Sigma^-1 = S S^T (A.1)."""
+
+    separable = False
+
+    def __init__(self, heads: int, grid: tuple, dim: int):
+        super().__init__()
+        self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)
+        self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S
+
+    @property
+    def inv_cov(self) -> torch.Tensor:  # Sigma^-1, positive semi-definite by construction
+        return self.inv_cov_sqrt @ self.inv_cov_sqrt.transpose(-1, -2)
+
+    def logits(self, delta):
+        d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)  # [heads, ..., 2]
+        inv_cov = self.inv_cov.view(-1, *[1] * (delta.dim() - 1), 2, 2)
+        return -0.5 * torch.einsum("h...i,h...ij,h...j->h...", d, inv_cov, d)
+
+
+class RowColumn(nn.Module):
+    """Section 4.3: logit = u_h . r_row[delta_row] + w_h . r_col[delta_col], with tables over
+    the shifts -(n-1)..n-1 of each axis. Learned tables (`learned`) or fixed sinusoids of the
+    shift (`sinusoidal`, the reviewer's suggestion)."""
+
+    separable = True
+
+    def __init__(self, heads: int, grid: tuple, dim: int, learned: bool = True):
+        super().__init__()
+        self.grid = tuple(grid)
+        if learned:
+            self.r_row = nn.Parameter(torch.randn(2 * grid[0] - 1, dim))
+            self.r_col = nn.Parameter(torch.randn(2 * grid[1] - 1, dim))
+        else:
+            self.register_buffer("r_row", self.sinusoids(grid[0], dim), persistent=False)
+            self.register_buffer("r_col", self.sinusoids(grid[1], dim), persistent=False)
+        self.u = nn.Parameter(torch.randn(heads, dim) / math.sqrt(dim))
+        self.w = nn.Parameter(torch.randn(heads, dim) / math.sqrt(dim))
+
+    @staticmethod
+    def sinusoids(n: int, dim: int) -> torch.Tensor:
+        """Transformer sinusoids (Vaswani et al.) of the shifts -(n-1)..n-1: [2n-1, dim]."""
+        shift = torch.arange(-(n - 1), n).float()[:, None]
+        freq = 10000 ** (-torch.arange(0, dim, 2).float() / dim)
+        angle = shift * freq  # [2n-1, ceil(dim/2)]
+        return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]
+
+    def axis_logits(self, delta, axis):
+        table = (self.r_row, self.r_col)[axis] @ (self.u, self.w)[axis].T  # [2n-1, heads]
+        index = delta.long() + self.grid[axis] - 1
+        return table[index].movedim(-1, 0)
+
+    def logits(self, delta):
+        return self.axis_logits(delta[..., 0], 0) + self.axis_logits(delta[..., 1], 1)
+
+
+class ShiftMLP(nn.Module):
+    """Beyond the paper (the reviewer's question): logits are a learned smooth function of the
+    continuous shift, one small MLP per layer shared by its heads, instead of a lookup table."""
+
+    separable = False
+
+    def __init__(self, heads: int, grid: tuple, dim: int, hidden: int = 64):
+        super().__init__()
+        self.scale = float(max(grid) - 1 or 1)  # shifts enter in [-1, 1]
+        self.net = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                                 nn.GELU(), nn.Linear(hidden, heads))
+
+    def logits(self, delta):
+        return self.net(delta / self.scale).movedim(-1, 0)
+
+
+def make_encoding(name: str, heads: int, grid: tuple, dim: int) -> nn.Module:
+    if name not in ENCODINGS:
+        raise ValueError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
+    if name in ("learned", "sinusoidal"):
+        return RowColumn(heads, grid, dim, learned=name == "learned")
+    return {"quadratic": Quadratic, "gaussian": Gaussian, "mlp": ShiftMLP}[name](heads, grid, dim)
+
+
+class SelfAttention2d(nn.Module):
+    """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11).
+
+    x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
+    dim-dimensional input with its probabilities (D_h = dim, section 4.3 (ii)); the results
+    are concatenated and projected by `W_out = Linear(heads * dim, out_dim)`.
+    """
+
+    def __init__(self, dim: int, heads: int = 9, grid: tuple = (16, 16), encoding: str = "quadratic",
+                 content: bool = False, dropout: float = 0.0, impl: str = "auto", out_dim: int = None):
+        super().__init__()
+        for name, value in (("dim", dim), ("heads", heads), ("out_dim", out_dim or dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if impl not in IMPLS:
+            raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
+        self.dim, self.heads, self.impl, self.content = dim, heads, impl, content
+        self.grid = self._check_grid(grid)
+        self.encoding = make_encoding(encoding, heads, self.grid, dim)
+        self.encoding_name = encoding
+        if content:  # eq. 8, first term: x_q W_qry W_key^T x_k / sqrt(D_k)
+            self.key_dim = max(dim // heads, 1)
+            self.W_qry = nn.Linear(dim, heads * self.key_dim, bias=False)
+            self.W_key = nn.Linear(dim, heads * self.key_dim, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.W_out = nn.Linear(heads * dim, out_dim or dim)
+
+    @staticmethod
+    def _check_grid(grid):
+        if not isinstance(grid, (tuple, list)) or len(grid) != 2 or not all(isinstance(n, int) and n >= 1 for n in grid):
+            raise ValueError(f"grid must be two positive integers (H, W), got {grid!r}")
+        return tuple(grid)
+
+    def set_grid(self, grid: tuple):
+        """Move the layer to another grid size: possible when no parameter depends on it."""
+        grid = self._check_grid(grid)
+        if self.encoding_name in ("learned", "sinusoidal") and grid != self.grid:
+            raise ValueError(f"{self.encoding_name} tables are sized for grid {self.grid}, not {grid}")
+        self.grid = grid
+
+    @property
+    def use_fast(self) -> bool:
+        return self.impl != "dense"
+
+    @property
+    def separable(self) -> bool:
+        """Row x column factorization applies: separable logits, no content, no dropout on P."""
+        return (self.use_fast and self.encoding.separable and not self.content
+                and not (self.training and self.dropout.p > 0))
+
+    def _content_logits(self, x):  # x [B, T, dim] -> [B, heads, T, T]
+        B, T, _ = x.shape
+        q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
+        k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
+        return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)
+
+    def _position_logits(self):  # [heads, T, T]
+        H, W = self.grid
+        like = self.W_out.weight  # shifts take the layer's device and dtype
+        if not self.use_fast:  # every (query, key) pair, as the equations read
+            return self.encoding.logits(pairwise_shifts(H, W).to(like))
+        table = self.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
+        r, c = torch.arange(H, device=like.device), torch.arange(W, device=like.device)
+        rows = (r[None, :] - r[:, None] + H - 1)[:, None, :, None]  # row of key - query in table
+        cols = (c[None, :] - c[:, None] + W - 1)[None, :, None, :]
+        index = (rows * (2 * W - 1) + cols).reshape(H * W, H * W)  # [T, T]
+        return table.flatten(1)[:, index]
+
+    def _axis_probs(self):  # P^row [heads, H, H], P^col [heads, W, W]
+        weight = self.W_out.weight
+        rows, cols = (torch.arange(n, device=weight.device, dtype=weight.dtype) for n in self.grid)
+        p_row = self.encoding.axis_logits(rows[None, :] - rows[:, None], 0).softmax(-1)
+        p_col = self.encoding.axis_logits(cols[None, :] - cols[:, None], 1).softmax(-1)
+        return p_row, p_col
+
+    def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
+        """P [heads, T, T], or [B, heads, T, T] with content=True (x [B, H, W, dim] needed)."""
+        if self.separable:
+            p_row, p_col = self._axis_probs()
+            T = p_row.shape[1] * p_col.shape[1]
+            return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(-1, T, T)
+        logits = self._position_logits()
+        if self.content:
+            if x is None:
+                raise ValueError("content=True: attention_probs needs the input x")
+            logits = logits + self._content_logits(self._check_input(x).flatten(1, 2))
+        return logits.softmax(-1)
+
+    def _check_input(self, x):
+        if x.dim() != 4 or tuple(x.shape[1:3]) != self.grid or x.shape[3] != self.dim:
+            raise ValueError(f"expected input [B, {self.grid[0]}, {self.grid[1]}, {self.dim}], "
+                             f"got {list(x.shape)}")
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, H, W, D = self._check_input(x).shape
+        if self.separable:
+            return self._forward_separable(x)
+        P = self.dropout(self.attention_probs(x))  # [heads, T, T] or [B, heads, T, T]
+        x = x.reshape(B, H * W, D)
+        if not self.use_fast:  # eq. 12: concat_h (P_h X), then W_out
+            y = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x)
+            return self.W_out(y.reshape(B, H, W, -1))
+        W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
+        out = self.W_out.bias
+        for h in range(self.heads):
+            out = out + (P[..., h, :, :] @ x) @ W_h[:, h].T  # [B, T, D_out]
+        return out.view(B, H, W, -1)
+
+    def _forward_separable(self, x):
+        B, H, W, D = x.shape
+        p_row, p_col = self._axis_probs()
+        W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
+        x_rows = x.reshape(B, H, W * D)
+        out = self.W_out.bias
+        for h in range(self.heads):
+            y = (p_row[h] @ x_rows).view(B * H, W, D)  # mix along rows
+            y = (p_col[h] @ y).view(B, H, W, D)  # then along columns
+            out = out + y @ W_h[:, h].T  # [B, H, W, D_out]
+        return out
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 6, 32)
+    for name in ENCODINGS:
+        layer = SelfAttention2d(32, heads=4, grid=(8, 6), encoding=name)
+        dense = SelfAttention2d(32, heads=4, grid=(8, 6), encoding=name, impl="dense")
+        dense.load_state_dict(layer.state_dict())
+        err = (layer(x) - dense(x)).abs().max().item()
+        params = sum(p.numel() for p in layer.encoding.parameters())
+        print(f"{name:>10}: out {list(layer(x).shape)}, positional parameters {params:>5}, "
+              f"max |fast - dense| = {err:.1e}")
+
+
+if __name__ == "__main__":
+    main()

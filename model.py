@@ -1,0 +1,175 @@
+"""The 6-layer attention-only network of section 4.1 and the ResNet18 baseline.
+
+    python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2
+
+SelfAttentionNet (shapes as in the authors' code, so parameter counts match the paper):
+image [B, 3, 32, 32] -> 2x2 space-to-depth [B, 16, 16, 12] -> Linear(12, 400) -> 6 post-LN
+blocks (attention, Linear(400, 400), dropout, add & LayerNorm; FFN 400 -> 512 -> 400 with GELU,
+dropout, add & LayerNorm) -> mean over the 16 x 16 positions -> Linear(400, 10).
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention import ENCODINGS, SelfAttention2d
+
+MODELS = ENCODINGS + ("resnet18",)
+# Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
+PAPER = {"quadratic": (12.1e6, 6.2e9), "gaussian": (12.1e6, 6.2e9), "learned": (12.3e6, 6.2e9),
+         "resnet18": (11.2e6, 1.1e9)}
+
+
+def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
+    """Invertible downsampling (Jacobsen et al., 2018): [B, C, H, W] -> [B, H/b, W/b, b*b*C]."""
+    B, C, H, W = x.shape
+    x = x.view(B, C, H // block, block, W // block, block)
+    return x.permute(0, 2, 4, 3, 5, 1).reshape(B, H // block, W // block, block * block * C)
+
+
+class Block(nn.Module):
+    """A post-LN transformer block whose attention is SelfAttention2d (BERT layout, eps 1e-12)."""
+
+    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, impl, eps=1e-12):
+        super().__init__()
+        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, impl=impl)
+        self.attention_out = nn.Linear(dim, dim)
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):  # [B, H, W, dim]
+        x = self.norm1(x + self.dropout(self.attention_out(self.attention(x))))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class SelfAttentionNet(nn.Module):
+    """Section 4.1. `heads` is one number for every layer, or one per layer (a pruned model)."""
+
+    def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
+                 ffn_dim: int = 512, dropout: float = 0.1, content: bool = False,
+                 image_size: int = 32, num_classes: int = 10, impl: str = "auto"):
+        super().__init__()
+        heads = [heads] * layers if isinstance(heads, int) else list(heads)
+        if len(heads) != layers:
+            raise ValueError(f"heads lists {len(heads)} layers, the model has {layers}")
+        if image_size % 2:
+            raise ValueError(f"image_size must be even for 2x2 space-to-depth, got {image_size}")
+        grid = (image_size // 2, image_size // 2)
+        self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
+        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, impl)
+                                    for n in heads)
+        self.classifier = nn.Linear(dim, num_classes)
+
+    def forward(self, images):  # [B, 3, H, W]
+        x = self.embed(space_to_depth(images))  # [B, H/2, W/2, dim]
+        for block in self.blocks:
+            x = block(x)
+        return self.classifier(x.mean(dim=(1, 2)))
+
+    @property
+    def attention_layers(self):
+        return [block.attention for block in self.blocks]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    """He et al. (2015), CIFAR variant: 3x3 stem, no max-pool, stages of 64-128-256-512."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        stages, c_in = [], 64
+        for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            stages += [BasicBlock(c_in, c_out, stride), BasicBlock(c_out, c_out, 1)]
+            c_in = c_out
+        self.stages = nn.Sequential(*stages)
+        self.classifier = nn.Linear(512, num_classes)
+
+    def forward(self, images):
+        return self.classifier(self.stages(self.stem(images)).mean(dim=(2, 3)))
+
+
+def build_model(name: str, **overrides) -> nn.Module:
+    """`resnet18`, or a SelfAttentionNet with that encoding; overrides go to the constructor."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    if name == "resnet18":
+        return ResNet18(**{k: v for k, v in overrides.items() if k == "num_classes"})
+    return SelfAttentionNet(encoding=name, **overrides)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def set_impl(model: nn.Module, impl: str):
+    for m in model.modules():
+        if isinstance(m, SelfAttention2d):
+            m.impl = impl
+
+
+def paper_flops(model: nn.Module, image_size: int = 32) -> int:
+    """FLOPs per image as the paper counts them: 2 x multiply-adds of Linear and Conv2d only."""
+    macs = []
+    folded = {m.W_out for m in model.modules() if isinstance(m, SelfAttention2d)}
+
+    def hook(m, inputs, out):
+        if isinstance(m, SelfAttention2d):  # its W_out, which the fast path uses as a weight
+            per_output = m.W_out.in_features
+        else:
+            per_output = m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()
+        macs.append(out.numel() * per_output)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, (nn.Linear, nn.Conv2d, SelfAttention2d)) and m not in folded]
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, image_size, image_size))
+    for h in handles:
+        h.remove()
+    return 2 * sum(macs)
+
+
+def counted_flops(model: nn.Module, image_size: int = 32) -> int:
+    """Every matrix product of one forward pass per image (FlopCounterMode), attention included."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.eval()(torch.zeros(1, 3, image_size, image_size))
+    return counter.get_total_flops()
+
+
+def main():
+    print(f"{'model':<11}{'params':>12}{'paper':>8}{'FLOPs (paper conv.)':>21}{'paper':>7}"
+          f"{'all FLOPs, dense':>18}{'fast':>8}")
+    for name in MODELS:
+        torch.manual_seed(0)
+        model = build_model(name)
+        paper_p, paper_f = (f"{v / s:.1f}{u}" for v, s, u in zip(PAPER.get(name, (0, 0)), (1e6, 1e9), "MB"))
+        set_impl(model, "dense")
+        dense = counted_flops(model)
+        set_impl(model, "auto")
+        print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
+              f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
+              f"{dense / 1e9:>17.2f}B{counted_flops(model) / 1e9:>7.2f}B")
+    print("Paper convention: 2 x multiply-adds of Linear/Conv layers only; the attention product "
+          "P_h X (9 x 256 x 256 x 400 multiply-adds a layer) is not counted.\n'all FLOPs' "
+          "counts every matrix product (torch.utils.flop_counter) per image for impl dense / fast.")
+
+
+if __name__ == "__main__":
+    main()
