@@ -271,7 +271,7 @@ class SelfAttention2d(nn.Module):
         W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
         out = self.W_out.bias
         for h in range(self.heads):
-            out = out + (P[..., h, :, :] @ x) @ W_h[:, h].T  # [B, T, D_out]
+            out = out + torch.bmm(P[..., h, :, :].expand(B, -1, -1), x) @ W_h[:, h].T  # [B, T, D_out]
         return out.view(B, H, W, -1)
 
     def _forward_separable(self, x):
@@ -280,9 +280,10 @@ class SelfAttention2d(nn.Module):
         W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
         x_rows = x.reshape(B, H, W * D)
         out = self.W_out.bias
+        # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
         for h in range(self.heads):
-            y = (p_row[h] @ x_rows).view(B * H, W, D)  # mix along rows
-            y = (p_col[h] @ y).view(B, H, W, D)  # then along columns
+            y = torch.bmm(p_row[h].expand(B, H, H), x_rows).view(B * H, W, D)  # mix along rows
+            y = torch.bmm(p_col[h].expand(B * H, W, W), y).view(B, H, W, D)  # then along columns
             out = out + y @ W_h[:, h].T  # [B, H, W, D_out]
         return out
 

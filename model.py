@@ -90,17 +90,18 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """He et al. (2015), CIFAR variant: 3x3 stem, no max-pool, stages of 64-128-256-512."""
+    """He et al. (2015), CIFAR variant: 3x3 stem, no max-pool, stages of 64-128-256-512
+    channels (`width` = 64; smaller widths make quick CPU baselines)."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, width: int = 64):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU())
-        stages, c_in = [], 64
-        for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        stages, c_in = [], width
+        for c_out, stride in ((width, 1), (2 * width, 2), (4 * width, 2), (8 * width, 2)):
             stages += [BasicBlock(c_in, c_out, stride), BasicBlock(c_out, c_out, 1)]
             c_in = c_out
         self.stages = nn.Sequential(*stages)
-        self.classifier = nn.Linear(512, num_classes)
+        self.classifier = nn.Linear(8 * width, num_classes)
 
     def forward(self, images):
         return self.classifier(self.stages(self.stem(images)).mean(dim=(2, 3)))
@@ -111,7 +112,7 @@ def build_model(name: str, **overrides) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     if name == "resnet18":
-        return ResNet18(**{k: v for k, v in overrides.items() if k == "num_classes"})
+        return ResNet18(**{k: v for k, v in overrides.items() if k in ("num_classes", "width")})
     return SelfAttentionNet(encoding=name, **overrides)
 
 

@@ -3,6 +3,8 @@
 Every fast path is held to an independent reference: the dense equations, F.conv2d,
 eq. 15 written out here, the paper's tables for parameter counts.
 """
+import copy
+import json
 import math
 
 import pytest
@@ -276,3 +278,402 @@ def test_bad_model_arguments():
         model_lib.build_model("vgg")
     with pytest.raises(ValueError, match="heads lists 2 layers"):
         model_lib.build_model("quadratic", heads=[9, 9])
+
+
+# ---- data.py -------------------------------------------------------------------------------
+
+import hashlib
+import io
+import os
+import pickle
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import data as data_lib
+import train as train_lib
+
+SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"
+
+
+def write_archive(path: Path, n: int = 20) -> str:
+    """A small archive in the official format (pickled dicts in cifar-10-batches-py/); its md5."""
+    g = torch.Generator().manual_seed(0)
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+            images = torch.randint(0, 256, (n, 3072), generator=g, dtype=torch.uint8).numpy()
+            content = {b"data": images, b"labels": [i % 10 for i in range(n)], b"batch_label": name.encode()}
+            blob = pickle.dumps(content, protocol=2)
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_loader_reads_the_official_layout_from_an_archive(tmp_path):
+    md5 = write_archive(tmp_path / data_lib.ARCHIVE)
+    train, test = data_lib.load_cifar10(tmp_path, md5=md5)
+    assert train.images.shape == (100, 3, 32, 32) and train.images.dtype == torch.uint8
+    assert test.labels.tolist() == [i % 10 for i in range(20)]
+    assert (tmp_path / data_lib.FOLDER / "test_batch").exists()
+    train2, _ = data_lib.load_cifar10(tmp_path, md5="not used: the folder exists now")
+    assert torch.equal(train.images, train2.images)
+
+
+def test_md5_mismatch_and_truncated_archive_are_refused_and_never_half_used(tmp_path):
+    archive = tmp_path / data_lib.ARCHIVE
+    write_archive(archive)
+    with pytest.raises(data_lib.DataError, match="fails its md5 check"):
+        data_lib.load_cifar10(tmp_path)  # the official md5
+    archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    with pytest.raises(data_lib.DataError, match=f"{data_lib.ARCHIVE} is truncated or corrupt"):
+        data_lib.load_cifar10(tmp_path, md5=hashlib.md5(archive.read_bytes()).hexdigest())
+    assert not (tmp_path / data_lib.FOLDER).exists()
+    assert [p.name for p in tmp_path.iterdir()] == [data_lib.ARCHIVE]
+
+
+def test_corrupt_batch_file_is_named(tmp_path):
+    md5 = write_archive(tmp_path / data_lib.ARCHIVE)
+    data_lib.load_cifar10(tmp_path, md5=md5)
+    batch = tmp_path / data_lib.FOLDER / "data_batch_3"
+    batch.write_bytes(batch.read_bytes()[:100])
+    with pytest.raises(data_lib.DataError, match="data_batch_3 is truncated or corrupt"):
+        data_lib.load_cifar10(tmp_path)
+
+
+def test_no_network_gives_a_clear_message(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise data_lib.urllib.error.URLError("no network")
+
+    monkeypatch.setattr(data_lib.urllib.request, "urlopen", offline)
+    with pytest.raises(data_lib.DataError, match=r"could not be downloaded.*Put cifar-10-python.tar.gz"):
+        data_lib.load_cifar10(tmp_path / "empty")
+    assert not any((tmp_path / "empty").glob("*"))  # no partial download left behind
+
+
+@pytest.fixture(scope="session")
+def real_cifar(tmp_path_factory):
+    if not (SHARED_DATA / "make_cifar10.py").exists():
+        pytest.skip("../shared/data is not beside the project")
+    out = tmp_path_factory.mktemp("cifar")
+    subprocess.run([sys.executable, str(SHARED_DATA / "make_cifar10.py"), str(out)], check=True, capture_output=True)
+    return data_lib.load_cifar10(out)
+
+
+def test_real_cifar10_images(real_cifar):
+    train, test = real_cifar
+    assert len(train.labels) == 50000 and len(test.labels) == 10000
+    assert torch.bincount(train.labels).tolist() == [5000] * 10
+    assert torch.bincount(test.labels).tolist() == [1000] * 10
+    mean, std = data_lib.channel_stats(train.images)
+    torch.testing.assert_close(mean, torch.tensor([0.4914, 0.4822, 0.4465]), atol=0.005, rtol=0)
+
+
+def test_augmentation_is_a_crop_within_the_padding_or_its_mirror():
+    images = torch.randint(0, 255, (64, 3, 8, 8), dtype=torch.uint8) + 1  # no zeros inside the image
+    out = data_lib.augment(images, torch.Generator().manual_seed(0), pad=2)
+    padded = F.pad(images, (2, 2, 2, 2))
+    found = set()
+    for i in range(64):
+        matches = [(dy, dx, flip) for dy in range(5) for dx in range(5) for flip in (False, True)
+                   if torch.equal(out[i], (lambda c: c.flip(-1) if flip else c)(padded[i, :, dy:dy + 8, dx:dx + 8]))]
+        assert matches, f"image {i} is not a crop of its padded original"
+        found.add(matches[0])
+    assert {f for *_, f in found} == {False, True} and len({(dy, dx) for dy, dx, _ in found}) > 10
+
+
+def test_batches_keep_labels_with_their_images_and_are_deterministic():
+    n = 250
+    values = torch.arange(n) + 5  # each image its own grey level; its label is that level mod 10
+    images = values.view(n, 1, 1, 1).expand(n, 3, 32, 32).to(torch.uint8).contiguous()
+    split = data_lib.Split(images, values % 10)
+    batches = data_lib.Batches(split, 64, [0, 0, 0], [1 / 255] * 3, train=True, seed=3)
+    seen = []
+    for x, y in batches.epoch(2):
+        center = x[:, 0, 16, 16].round().long()  # normalization undone by mean 0, std 1/255
+        assert torch.equal(center % 10, y)
+        seen += center.tolist()
+    assert len(seen) == len(set(seen)) == 3 * 64  # drawn without repeats, ragged end dropped
+    again = [x for x, _ in batches.epoch(2)]
+    resumed = [x for x, _ in batches.epoch(2, start=2)]
+    assert len(again) == 3 and all(torch.equal(a, r) for a, r in zip(again[2:], resumed))
+    assert not torch.equal(again[0], next(batches.epoch(3))[0])
+
+
+def test_shards_split_one_order():
+    split = data_lib.Split(torch.zeros(10, 3, 32, 32, dtype=torch.uint8), torch.arange(10))
+    a = data_lib.Batches(split, 5, [0] * 3, [1] * 3, True, shard=(0, 2)).order(1)
+    b = data_lib.Batches(split, 5, [0] * 3, [1] * 3, True, shard=(1, 2)).order(1)
+    assert sorted(a.tolist() + b.tolist()) == list(range(10))
+
+
+def test_synthetic_needs_spatial_patterns():
+    train, test = data_lib.make_synthetic(n_train=4000, n_test=1000)
+    x = train.images.float().flatten(1) / 255
+    # per-pixel colour statistics: the class-conditional means are all alike
+    means = torch.stack([x[train.labels == c].mean(0) for c in range(10)])
+    assert (means - means.mean(0)).abs().max() < 0.1
+    # a linear classifier on raw pixels stays near chance on the test set
+    w = torch.zeros(x.shape[1], 10, requires_grad=True)
+    opt = torch.optim.Adam([w], lr=0.01)
+    for _ in range(100):
+        opt.zero_grad()
+        F.cross_entropy(x @ w, train.labels).backward()
+        opt.step()
+    xt = test.images.float().flatten(1) / 255
+    assert ((xt @ w).argmax(1) == test.labels).float().mean() < 0.2
+
+
+# ---- train.py ------------------------------------------------------------------------------
+
+def small_config(tmp_path, **kw) -> train_lib.Config:
+    return train_lib.Config(**dict(dataset="synthetic", encoding="quadratic", layers=1, dim=16, ffn_dim=32,
+                                   heads=4, subset=300, batch_size=50, epochs=2, lr=0.05,
+                                   out=str(tmp_path / "run"), device="cpu") | kw)
+
+
+def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
+    f = train_lib.warmup_cosine(1000, 0.05)
+    values = [f(s) for s in range(1000)]
+    assert values[0] == pytest.approx(1 / 50) and values[49] == 1.0
+    assert all(b > a for a, b in zip(values[:50], values[1:50]))
+    assert all(b <= a for a, b in zip(values[49:], values[50:]))
+    assert values[525] == pytest.approx(0.5, abs=0.01) and values[-1] < 1e-4
+
+
+def test_presets_and_flags():
+    cfg = train_lib.parse_config(["--preset", "tiny", "--epochs", "3", "--encoding", "learned", "--no-bf16"])
+    assert (cfg.epochs, cfg.dim, cfg.encoding, cfg.bf16, cfg.lr) == (3, 64, "learned", False, 0.1)
+    paper = train_lib.parse_config([])
+    assert (paper.epochs, paper.batch_size, paper.dim, paper.heads, paper.weight_decay, paper.warmup) == (300, 100, 400, 9, 1e-4, 0.05)
+
+
+def test_positional_parameters_get_no_weight_decay():
+    net = model_lib.build_model("gaussian", layers=1, dim=8, ffn_dim=8, heads=4)
+    opt = train_lib.make_optimizer(net, train_lib.Config())
+    no_decay = {id(p) for p in opt.param_groups[1]["params"]}
+    assert opt.param_groups[1]["weight_decay"] == 0
+    assert no_decay == {id(net.blocks[0].attention.encoding.centers), id(net.blocks[0].attention.encoding.inv_cov_sqrt)}
+
+
+def final_weights(out):
+    return torch.load(Path(out) / "checkpoint.pt", weights_only=True)["model"]
+
+
+def test_end_to_end_attention_run_writes_everything(tmp_path):
+    cfg = small_config(tmp_path, epochs=2)
+    last = train_lib.run(cfg)
+    run = Path(cfg.out)
+    assert {p.name for p in run.iterdir()} == {"config.json", "metrics.jsonl", "checkpoint.pt", "heads.jsonl"}
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2] and metrics[-1] == last
+    assert metrics[-1]["lr"] == pytest.approx(0, abs=1e-3)
+    heads = [json.loads(l) for l in (run / "heads.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in heads] == [0, 1, 2] and len(heads[0]["layers"][0]["centers"]) == 4
+    assert heads[0] != heads[2]
+    config = json.loads((run / "config.json").read_text())
+    assert config["seed"] == 0 and config["environment"]["torch"] == torch.__version__
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 2 and ckpt["config"]["dim"] == 16
+    rebuilt = model_lib.build_model(ckpt["config"]["encoding"], **train_lib.model_kwargs(train_lib.Config(**ckpt["config"])))
+    rebuilt.load_state_dict(ckpt["model"])
+
+
+def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
+    last = train_lib.run(small_config(tmp_path, encoding="resnet18", width=8, subset=2000, epochs=3, lr=0.02))
+    assert last["test_acc"] > 0.3  # chance is 0.1
+
+
+def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch):
+    train_lib.run(small_config(tmp_path / "a"))
+    uninterrupted = final_weights(tmp_path / "a" / "run")
+
+    real_save = train_lib.atomic_save
+
+    def killed_after_first_checkpoint(obj, path):
+        real_save(obj, path)
+        raise SystemExit("killed")  # as a SIGKILL right after epoch 1 was saved
+
+    monkeypatch.setattr(train_lib, "atomic_save", killed_after_first_checkpoint)
+    with pytest.raises(SystemExit):
+        train_lib.run(small_config(tmp_path / "b"))
+    monkeypatch.setattr(train_lib, "atomic_save", real_save)
+    assert torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    resumed = final_weights(tmp_path / "b" / "run")
+    for name in uninterrupted:
+        assert torch.equal(uninterrupted[name], resumed[name]), name
+    lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
+
+
+def test_ctrl_c_mid_epoch_saves_and_resumes_bit_identical(tmp_path, monkeypatch):
+    train_lib.run(small_config(tmp_path / "a"))
+    uninterrupted = final_weights(tmp_path / "a" / "run")
+
+    real_epoch = data_lib.Batches.epoch
+
+    def interrupted(self, epoch, start=0):
+        for b, batch in enumerate(real_epoch(self, epoch, start), start=start):
+            if self.train and epoch == 1 and b == 3:
+                raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_lib.run(small_config(tmp_path / "b"))
+    monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
+    saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
+    assert (saved["epoch"], saved["step"]) == (1, 3)
+    train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    resumed = final_weights(tmp_path / "b" / "run")
+    for name in uninterrupted:
+        assert torch.equal(uninterrupted[name], resumed[name]), name
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path):
+    with pytest.raises(train_lib.TrainingError, match="training loss became"):
+        train_lib.run(small_config(tmp_path, lr=1e12, epochs=1))
+
+
+def test_two_process_gloo_run_ends_with_identical_weights(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+           "train.py", "--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32",
+           "--heads", "4", "--subset", "400", "--batch-size", "50", "--epochs", "2", "--device", "cpu",
+           "--out", str(tmp_path / "ddp")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "weights identical across 2 processes: True" in result.stdout
+    assert "1 process" not in result.stdout and "2 process(es)" in result.stdout
+    assert len((tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+# ---- prune.py --------------------------------------------------------------------------------
+
+import bench
+import prune as prune_lib
+import visualize as viz
+
+
+@pytest.fixture(scope="module")
+def gaussian_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gauss") / "run"
+    train_lib.run(small_config(out.parent, encoding="gaussian", layers=2, heads=4, epochs=1, out=str(out)))
+    return out
+
+
+def force_degenerate(model, layer_heads: dict):
+    """Make chosen heads degenerate: Sigma^-1 = 0 (uniform attention) or of rank 1 (a stripe)."""
+    with torch.no_grad():
+        for (layer, head), kind in layer_heads.items():
+            S = model.attention_layers[layer].encoding.inv_cov_sqrt
+            S[head] = 0 if kind == "zero" else torch.tensor([[1.0, 0.0], [2.0, 0.0]])
+
+
+def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_run):
+    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
+    model = train_lib.model_from_checkpoint(checkpoint).eval()
+    force_degenerate(model, {(0, 1): "zero", (1, 0): "stripe", (1, 3): "zero"})
+    pruned = prune_lib.degenerate_heads(model, prune_lib.PruneConfig())
+    assert pruned == [[1], [0, 3]]
+    small, heads = prune_lib.remove_heads(model, checkpoint["config"], pruned)
+    assert heads == [3, 2]
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, drop in zip(reference.attention_layers, pruned):
+            W = layer.W_out.weight.view(layer.dim, layer.heads, layer.dim)
+            W[:, drop] = 0
+    x = torch.randn(4, 3, 32, 32)
+    torch.testing.assert_close(small.eval()(x), reference(x), atol=1e-5, rtol=1e-5)
+    dim = 16  # DESIGN section 5: a head takes its dim x dim block of W_out, 2 center and 4 S entries
+    assert model_lib.count_parameters(model) - model_lib.count_parameters(small) == 3 * (dim * dim + 6)
+
+
+def test_quadratic_heads_pruned_by_alpha():
+    model = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
+    model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 1e-7, 0.5, 2e-6])
+    assert prune_lib.degenerate_heads(model, prune_lib.PruneConfig()) == [[1, 3]]
+
+
+def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_path, monkeypatch):
+    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
+    model = train_lib.model_from_checkpoint(checkpoint)
+    force_degenerate(model, {(0, 2): "zero"})
+    checkpoint["model"] = model.state_dict()
+    torch.save(checkpoint, tmp_path / "ckpt.pt")
+    out = prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, epochs=1,
+                                                out=str(tmp_path / "pruned"), device="cpu"))
+    saved, _ = train_lib.load_checkpoint(out)
+    assert saved["config"]["heads"] == [3, 4] and saved["config"]["lr"] == pytest.approx(0.005)
+    small = train_lib.model_from_checkpoint(saved)
+    assert [layer.heads for layer in small.attention_layers] == [3, 4]
+    last = train_lib.run(train_lib.Config(resume=str(out)))  # fine-tuning through train.py
+    assert last["epoch"] == saved["config"]["epochs"]
+
+
+def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
+    with pytest.raises(ValueError, match="not a checkpoint of this project"):
+        (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
+        prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "x.pt")))
+    learned = small_config(tmp_path, encoding="learned", epochs=1)
+    train_lib.run(learned)
+    with pytest.raises(ValueError, match="learned model: it has no Gaussian heads"):
+        prune_lib.prune(prune_lib.PruneConfig(checkpoint=learned.out))
+    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
+    model = train_lib.model_from_checkpoint(checkpoint)
+    force_degenerate(model, {(1, h): "zero" for h in range(4)})
+    checkpoint["model"] = model.state_dict()
+    torch.save(checkpoint, tmp_path / "all.pt")
+    with pytest.raises(ValueError, match="every head of layer 2 is degenerate"):
+        prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "all.pt"), finetune=False))
+
+
+# ---- visualize.py and bench.py --------------------------------------------------------------
+
+def test_probability_regions_of_a_known_gaussian_hold_their_mass():
+    layer = SelfAttention2d(4, 1, (31, 31), "quadratic")
+    with torch.no_grad():
+        layer.encoding.centers.zero_()
+    layer.encoding.alpha = 0.05  # sigma^2 = 1 / (2 alpha) = 10 pixels^2
+    p = viz.central_maps(layer)[0]
+    for mass in (0.5, 0.9):
+        (level,) = viz.mass_levels(p, [mass])
+        region = p >= level
+        assert mass <= p[region].sum() < mass + 0.02
+        area = 2 * math.pi * 10 * -math.log(1 - mass)  # the Gaussian's own region: pi r^2
+        assert region.sum().item() == pytest.approx(area, rel=0.1)
+
+
+def not_blank(path: Path) -> bool:
+    import matplotlib.image as mpimg
+
+    image = mpimg.imread(path)
+    return image[..., :3].std() > 0.05
+
+
+def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
+    written = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "figs"), pdf=True))
+    names = {Path(p).name for p in written}
+    assert names == {f"{n}.{ext}" for n in ("fig6_attention_regions", "fig5_attention_maps",
+                                            "fig2_centers_during_training_layer2", "fig4_test_accuracy")
+                     for ext in ("png", "pdf")}
+    assert all(not_blank(p) for p in written if p.suffix == ".png")
+
+
+def test_fig5_for_a_content_model(tmp_path):
+    cfg = small_config(tmp_path, encoding="learned", content=True, epochs=1)
+    train_lib.run(cfg)
+    written = viz.visualize(viz.Config(run=cfg.out, out=str(tmp_path / "figs")))
+    assert any(p.name == "fig5_attention_maps.png" and not_blank(p) for p in written)
+
+
+def test_bench_quick_measures_every_encoding():
+    rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    names = [r["name"] for r in rows]
+    assert names[1:] == list(ENCODINGS) + ["quadratic+content"]
+    assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
+    models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert [r["name"] for r in models] == ["quadratic", "gaussian", "learned", "resnet18"]
+    assert all(r["images_per_s"] > 0 for r in models)

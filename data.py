@@ -1,0 +1,273 @@
+"""CIFAR-10 (section 4.1): download, verify, load; batches made on the training device.
+
+    python data.py [--data-dir data] [--dataset cifar10|synthetic]   # summary + sample grid
+
+Images stay uint8 on the training device; augmentation (random crop 32 with 4 pixels of
+zero padding, horizontal flip) and normalization run on whole batches there, with no
+per-image Python work and no DataLoader workers. Every random choice of an epoch (the
+order, the crops, the flips) is a function of (seed, epoch, batch), so a run resumed in
+the middle of an epoch sees exactly the batches it would have seen.
+
+Also a `synthetic` set, made in memory in a second, for smoke runs, tests and CPU demos:
+each class is a 4 x 4 binary motif tiled over the image at a random phase, in random
+colours, with noise. Every pixel is "on" with probability 1/2 in every class, so per-pixel
+colour statistics carry no label information; only local spatial patterns do.
+"""
+import argparse
+import hashlib
+import pickle
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+MD5 = "c58f30108f718f92721af3b95e74349a"
+ARCHIVE = "cifar-10-python.tar.gz"
+FOLDER = "cifar-10-batches-py"
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+class DataError(RuntimeError):
+    """A data set that cannot be found, downloaded or read; the message says what to do."""
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # uint8 [N, 3, 32, 32]
+    labels: torch.Tensor  # int64 [N]
+
+    def to(self, device) -> "Split":
+        return Split(self.images.to(device), self.labels.to(device))
+
+
+def md5sum(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download(url: str, target: Path):
+    """Download to a temporary file beside `target` with a progress bar, then rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                total = int(response.headers.get("Content-Length", 0))
+                done = 0
+                for chunk in iter(lambda: response.read(1 << 20), b""):
+                    tmp.write(chunk)
+                    done += len(chunk)
+                    if total:
+                        print(f"\rdownloading {url}: {done / total:6.1%} of {total / 2**20:.0f} MiB",
+                              end="", file=sys.stderr, flush=True)
+            print(file=sys.stderr)
+        except BaseException:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
+    Path(tmp.name).replace(target)
+
+
+def extract(archive: Path, data_dir: Path):
+    """Extract `cifar-10-batches-py/` safely (tarfile's data filter) into a temporary folder,
+    then rename it into place, so a failed extraction never leaves a half-written folder."""
+    with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise DataError(f"{archive} is truncated or corrupt ({e}); delete it and try again") from e
+        if not (Path(tmp) / FOLDER).is_dir():
+            raise DataError(f"{archive} holds no {FOLDER}/ folder: not the CIFAR-10 python archive")
+        (Path(tmp) / FOLDER).replace(data_dir / FOLDER)
+
+
+def read_batch(path: Path) -> Split:
+    """One file of the official python layout: a pickled dict with b'data' [N, 3072] and b'labels'."""
+    try:
+        with open(path, "rb") as f:
+            batch = pickle.load(f, encoding="bytes")
+        data = torch.as_tensor(batch[b"data"], dtype=torch.uint8)
+        labels = torch.as_tensor(batch[b"labels"], dtype=torch.int64)
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing: the {FOLDER}/ folder is incomplete") from None
+    except Exception as e:  # a truncated pickle raises any of several types
+        raise DataError(f"{path} is truncated or corrupt ({type(e).__name__}: {e})") from e
+    if data.dim() != 2 or data.shape[1] != 3072 or len(labels) != len(data) or not len(data):
+        raise DataError(f"{path} does not hold CIFAR-10 images (data {list(data.shape)}, {len(labels)} labels)")
+    if labels.min() < 0 or labels.max() > 9:
+        raise DataError(f"{path} has labels outside 0..9")
+    return Split(data.view(-1, 3, 32, 32), labels)
+
+
+def load_cifar10(data_dir="data", md5: str = MD5, url: str = URL) -> tuple:
+    """(train, test) Splits from `data_dir`: its cifar-10-batches-py/ folder, else the official
+    archive there (md5-verified), else downloaded into it."""
+    data_dir = Path(data_dir)
+    folder, archive = data_dir / FOLDER, data_dir / ARCHIVE
+    if not folder.is_dir():
+        if not archive.exists():
+            try:
+                download(url, archive)
+            except OSError as e:
+                raise DataError(f"CIFAR-10 is not in {data_dir}/ and could not be downloaded ({e}). "
+                                f"Put {ARCHIVE} (md5 {MD5}, from {URL}) or its extracted {FOLDER}/ "
+                                f"folder in {data_dir}/, or pass --data-dir.") from None
+        if md5sum(archive) != md5:
+            raise DataError(f"{archive} fails its md5 check (expected {md5}): truncated or not the "
+                            "official archive; delete it and try again")
+        extract(archive, data_dir)
+    train = [read_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
+    train = Split(torch.cat([s.images for s in train]), torch.cat([s.labels for s in train]))
+    return train, read_batch(folder / "test_batch")
+
+
+def make_synthetic(n_train: int = 10000, n_test: int = 2000, seed: int = 0) -> tuple:
+    """(train, test) Splits of tiled 4 x 4 motifs, one motif per class (see the module docstring)."""
+    g = torch.Generator().manual_seed(seed)
+    motifs, seen = [], set()
+    while len(motifs) < 10:  # 8 of 16 cells on; distinct under cyclic shifts and mirroring
+        m = torch.zeros(16)
+        m[torch.randperm(16, generator=g)[:8]] = 1
+        m = m.view(4, 4)
+        variants = {tuple(torch.roll(v, (dy, dx), (0, 1)).flatten().int().tolist())
+                    for v in (m, m.flip(1)) for dy in range(4) for dx in range(4)}
+        if not variants & seen:
+            seen |= variants
+            motifs.append(m)
+    motifs = torch.stack(motifs)  # [10, 4, 4]
+
+    def split(n):
+        labels = torch.randint(0, 10, (n,), generator=g)
+        phase = torch.randint(0, 4, (n, 2), generator=g)
+        idx = torch.arange(32)
+        rows = (idx[None, :] + phase[:, :1]) % 4  # [n, 32]
+        cols = (idx[None, :] + phase[:, 1:]) % 4
+        on = motifs[labels[:, None, None], rows[:, :, None], cols[:, None, :]]  # [n, 32, 32]
+        fg, bg = torch.rand(n, 3, 1, 1, generator=g), torch.rand(n, 3, 1, 1, generator=g)
+        images = bg + (fg - bg) * on[:, None] + 0.1 * torch.randn(n, 3, 32, 32, generator=g)
+        return Split((images.clamp(0, 1) * 255).round().to(torch.uint8), labels)
+
+    return split(n_train), split(n_test)
+
+
+def load(dataset: str, data_dir="data", seed: int = 0) -> tuple:
+    if dataset == "cifar10":
+        return load_cifar10(data_dir)
+    if dataset == "synthetic":
+        return make_synthetic(seed=seed)
+    raise ValueError(f"unknown dataset {dataset!r}; choose cifar10 or synthetic")
+
+
+def channel_stats(images: torch.Tensor) -> tuple:
+    """Per-channel mean and std of uint8 images, on the [0, 1] scale: two [3] tensors."""
+    x = images.double().div_(255).transpose(0, 1).reshape(3, -1)
+    return x.mean(1).float(), x.std(1).float()
+
+
+def generator(device, *keys: int) -> torch.Generator:
+    """A generator seeded by a tuple of integers: (seed, epoch, batch) gives every batch its own."""
+    seed = int(hashlib.sha256(repr(keys).encode()).hexdigest()[:15], 16)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def augment(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """Random crop of the original size from the zero-padded image, then a random horizontal
+    flip, for a whole uint8 batch [B, 3, H, W] at once."""
+    B, C, H, W = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad))
+    offset = torch.randint(0, 2 * pad + 1, (2, B, 1), generator=g, device=images.device)
+    flip = torch.rand(B, 1, generator=g, device=images.device) < 0.5
+    cols = torch.arange(W, device=images.device)
+    rows = torch.arange(H, device=images.device)[None, :] + offset[0]  # [B, H]
+    cols = torch.where(flip, W - 1 - cols, cols) + offset[1]  # [B, W], mirrored where flipped
+    b = torch.arange(B, device=images.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
+class Batches:
+    """Mini-batches of a Split held on `device`: shuffled, augmented and normalized per batch.
+
+    With `shard=(rank, world)` each process of a distributed run takes every world-th image
+    of the shared order. Iterate with `epoch(e, start=b)` to begin at batch b."""
+
+    def __init__(self, split: Split, batch_size: int, mean, std, train: bool, seed: int = 0,
+                 device="cpu", shard=(0, 1)):
+        self.split = split.to(device)
+        self.batch_size, self.train, self.seed, self.device, self.shard = batch_size, train, seed, device, shard
+        self.mean = torch.as_tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.as_tensor(std, device=device).view(1, 3, 1, 1) * 255
+        n = len(split.labels) // shard[1]
+        self.size = n
+        self.steps = n // batch_size if train else -(-n // batch_size)  # training drops the ragged end
+
+    def __len__(self):
+        return self.steps
+
+    def order(self, epoch: int) -> torch.Tensor:
+        n = len(self.split.labels)
+        if not self.train:
+            index = torch.arange(n, device=self.device)
+        else:
+            index = torch.randperm(n, generator=generator("cpu", self.seed, epoch)).to(self.device)
+        rank, world = self.shard
+        return index[rank:self.size * world:world]
+
+    def epoch(self, epoch: int, start: int = 0):
+        index = self.order(epoch)
+        for b in range(start, self.steps):
+            idx = index[b * self.batch_size:(b + 1) * self.batch_size]
+            images = self.split.images[idx]
+            if self.train:
+                images = augment(images, generator(self.device, self.seed, epoch, b, self.shard[0]))
+            yield (images.float() - self.mean) / self.std, self.split.labels[idx]
+
+
+def save_grid(split: Split, path: Path, names=CLASSES, per_class: int = 8):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(10, per_class, figsize=(per_class * 0.8, 10 * 0.8))
+    for c in range(10):
+        picks = (split.labels == c).nonzero().flatten()[:per_class]
+        for j, ax in enumerate(axes[c]):
+            ax.axis("off")
+            if j < len(picks):
+                ax.imshow(split.images[picks[j]].permute(1, 2, 0).numpy())
+        axes[c, 0].set_title(names[c], fontsize=7, loc="left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="data", help="folder holding (or to receive) CIFAR-10")
+    parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
+    parser.add_argument("--out", default="figures", help="folder for the sample grid")
+    args = parser.parse_args()
+    try:
+        train, test = load(args.dataset, args.data_dir)
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    mean, std = channel_stats(train.images)
+    for name, split in (("train", train), ("test", test)):
+        counts = torch.bincount(split.labels, minlength=10).tolist()
+        print(f"{name}: {len(split.labels)} images {list(split.images.shape[1:])} uint8, per class {counts}")
+    print(f"train mean {[round(v, 4) for v in mean.tolist()]}, std {[round(v, 4) for v in std.tolist()]} (RGB, [0, 1])")
+    path = Path(args.out) / f"data_{args.dataset}_samples.png"
+    save_grid(train, path, CLASSES if args.dataset == "cifar10" else [f"motif {c}" for c in range(10)])
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
