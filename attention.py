@@ -24,12 +24,13 @@ Two implementations give identical outputs and gradients from the same state_dic
   `P_h = P_h^row (x) P_h^col`, so each head is an H x H and a W x W product instead of a
   T x T one. Heads are applied one at a time and accumulated into the output through their
   slice of the projection, which never materializes the [B, T, heads * D] concatenation.
+  With content=True the probabilities differ per image and the product is the dense one.
 """
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 ENCODINGS = ("quadratic", "gaussian", "learned", "sinusoidal", "mlp")
 IMPLS = ("auto", "dense", "fast")
@@ -265,7 +266,7 @@ class SelfAttention2d(nn.Module):
             return self._forward_separable(x)
         P = self.dropout(self.attention_probs(x))  # [heads, T, T] or [B, heads, T, T]
         x = x.reshape(B, H * W, D)
-        if not self.use_fast:  # eq. 12: concat_h (P_h X), then W_out
+        if not self.use_fast or self.content:  # eq. 12: concat_h (P_h X), then W_out
             y = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x)
             return self.W_out(y.reshape(B, H, W, -1))
         W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
@@ -280,12 +281,20 @@ class SelfAttention2d(nn.Module):
         W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
         x_rows = x.reshape(B, H, W * D)
         out = self.W_out.bias
-        # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
         for h in range(self.heads):
-            y = torch.bmm(p_row[h].expand(B, H, H), x_rows).view(B * H, W, D)  # mix along rows
-            y = torch.bmm(p_col[h].expand(B * H, W, W), y).view(B, H, W, D)  # then along columns
-            out = out + y @ W_h[:, h].T  # [B, H, W, D_out]
+            # The mixing is cheap to redo: recomputing it in backward keeps only x and the
+            # mixed output alive, the memory of the dense path, instead of both intermediates.
+            y = checkpoint(self._mix, x_rows, p_row[h], p_col[h], use_reentrant=False)
+            out = out + y.view(B, H, W, D) @ W_h[:, h].T  # [B, H, W, D_out]
         return out
+
+    @staticmethod
+    def _mix(x_rows, p_row, p_col):  # [B, H, W * D] -> [B * H, W, D], one head
+        B, H, _ = x_rows.shape
+        W = p_col.shape[0]
+        # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
+        y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows
+        return torch.bmm(p_col.expand(B * H, W, W), y)  # then along columns
 
 
 def main():

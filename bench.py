@@ -58,10 +58,10 @@ def saved_bytes(fn) -> int:
     return sum(storages.values())
 
 
-def measure(step, device, repeats: int, forward=None) -> tuple:
-    """(median seconds of step(), memory in bytes) after two warm-up calls; on the CPU the
+def measure(step, device, repeats: int, forward=None, warmup: int = 2) -> tuple:
+    """(median seconds of step(), memory in bytes) after warm-up calls; on the CPU the
     memory is that saved by forward() (0 without one)."""
-    for _ in range(2):
+    for _ in range(warmup):
         step()
     sync(device)
     times = []
@@ -135,7 +135,7 @@ def bench_models(device, cfg: Config) -> list:
             loss.backward()
             optimizer.step()
 
-        seconds, _ = measure(step, device, max(3, cfg.repeats // 2))
+        seconds, _ = measure(step, device, max(3, cfg.repeats // 2), warmup=1)
         rate = batch / seconds
         rows.append(dict(device=str(device), kind="model", name=name, batch=batch, images_per_s=rate,
                          bf16=gpu, compiled=gpu, hours_300_epochs=300 * EPOCH_IMAGES / rate / 3600))

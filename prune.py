@@ -68,7 +68,9 @@ def remove_heads(model, config: dict, pruned: list):
     return small, heads
 
 
-def prune(cfg: PruneConfig) -> Path:
+def prune(cfg: PruneConfig):
+    """Report the degenerate heads; remove them, save and fine-tune. Returns the new run
+    directory, or None when no head is degenerate."""
     checkpoint, path = train_lib.load_checkpoint(cfg.checkpoint)
     config = checkpoint["config"]
     if config["encoding"] not in ("gaussian", "quadratic"):
@@ -82,11 +84,15 @@ def prune(cfg: PruneConfig) -> Path:
         if len(p) == layer.heads:
             raise ValueError(f"every head of layer {i} is degenerate: pruning would remove the layer "
                              "(raise --max-condition or lower --max-eigenvalue)")
-    small, heads = remove_heads(model, config, pruned)
+    heads = [layer.heads - len(p) for layer, p in zip(model.attention_layers, pruned)]
     print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  pruned heads")
     for i, p in enumerate(pruned, start=1):
         print(f"{i:>5}  {len(p):>12}  {heads[i - 1]:>4}  {p}")
     print(f"pruned per layer {[len(p) for p in pruned]} (paper: [2, 4, 1, 2, 6, 0]), {sum(map(len, pruned))} in all")
+    if not any(pruned):
+        print("no degenerate heads: nothing to prune, nothing saved")
+        return None
+    small, _ = remove_heads(model, config, pruned)
     before, after = count_parameters(model), count_parameters(small)
     flops_before, flops_after = paper_flops(model), paper_flops(small)
     print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); "

@@ -110,13 +110,23 @@ def pick_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent, timeout=5).stdout.strip()
     except OSError:
         commit = ""
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return dict(commit=commit or "unknown", torch=torch.__version__, device=str(device), hardware=hardware,
                 cpu_threads=torch.get_num_threads())
 
