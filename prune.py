@@ -36,18 +36,25 @@ class PruneConfig:
     data_dir: str = ""  # default: the run's
 
 
+def head_measures(layer) -> dict:
+    """Per head: largest eigenvalue and condition number of Sigma^-1 (gaussian), or alpha."""
+    enc = layer.encoding
+    if not hasattr(enc, "inv_cov"):
+        return {"alpha": enc.alpha.detach()}
+    eig = torch.linalg.eigvalsh(enc.inv_cov.detach().double())  # ascending, [heads, 2]
+    largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)
+    return {"largest eigenvalue": largest, "condition": largest / smallest}  # inf where singular
+
+
 def degenerate_heads(model, cfg: PruneConfig) -> list:
     """Per layer, the indices of the heads to prune."""
     pruned = []
     for layer in model.attention_layers:
-        enc = layer.encoding
-        if hasattr(enc, "inv_cov"):
-            eig = torch.linalg.eigvalsh(enc.inv_cov.detach().double())  # ascending, [heads, 2]
-            largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)
-            condition = largest / smallest  # inf where singular
-            bad = (largest < cfg.max_eigenvalue) | (condition > cfg.max_condition)
+        m = head_measures(layer)
+        if "alpha" in m:
+            bad = m["alpha"] < cfg.min_alpha
         else:
-            bad = enc.alpha.detach() < cfg.min_alpha
+            bad = (m["largest eigenvalue"] < cfg.max_eigenvalue) | (m["condition"] > cfg.max_condition)
         pruned.append(bad.nonzero().flatten().tolist())
     return pruned
 
@@ -85,9 +92,10 @@ def prune(cfg: PruneConfig):
             raise ValueError(f"every head of layer {i} is degenerate: pruning would remove the layer "
                              "(raise --max-condition or lower --max-eigenvalue)")
     heads = [layer.heads - len(p) for layer, p in zip(model.attention_layers, pruned)]
-    print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  pruned heads")
-    for i, p in enumerate(pruned, start=1):
-        print(f"{i:>5}  {len(p):>12}  {heads[i - 1]:>4}  {p}")
+    print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  {'range over heads':<44}  pruned heads")
+    for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
+        ranges = ", ".join(f"{k} {v.min().item():.3g}..{v.max().item():.3g}" for k, v in head_measures(layer).items())
+        print(f"{i:>5}  {len(p):>12}  {heads[i - 1]:>4}  {ranges:<44}  {p}")
     print(f"pruned per layer {[len(p) for p in pruned]} (paper: [2, 4, 1, 2, 6, 0]), {sum(map(len, pruned))} in all")
     if not any(pruned):
         print("no degenerate heads: nothing to prune, nothing saved")

@@ -538,7 +538,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
 
 
 def test_two_process_gloo_run_ends_with_identical_weights(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "train.py", "--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32",
            "--heads", "4", "--subset", "400", "--batch-size", "50", "--epochs", "2", "--device", "cpu",
            "--out", str(tmp_path / "ddp")]
@@ -660,6 +660,9 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")}
     assert all(not_blank(p) for p in written if p.suffix == ".png")
+    at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
+    assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
+    assert not_blank(at_init[0])
 
 
 def test_fig5_for_a_content_model(tmp_path):

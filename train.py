@@ -22,7 +22,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -40,33 +40,40 @@ PRESETS = {
 }
 
 
+def option(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Config:
-    encoding: str = "quadratic"  # a SelfAttentionNet encoding, or resnet18
-    content: bool = False  # add the content term of eq. 8 to the attention logits
-    preset: str = "paper"  # defaults for every flag not given: paper (A.4) or tiny (CPU)
-    dataset: str = "cifar10"  # cifar10 or synthetic
-    data_dir: str = "data"  # folder with (or to receive) CIFAR-10
-    subset: int = 0  # train on this many training images (0: all)
-    epochs: int = 300
-    batch_size: int = 100  # across all processes
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4  # not applied to positional parameters
-    warmup: float = 0.05  # fraction of steps of linear warm-up
-    layers: int = 6
-    heads: object = 9  # one number, or one per layer (pruned models)
-    dim: int = 400
-    ffn_dim: int = 512
-    dropout: float = 0.1
-    width: int = 64  # ResNet18 base width
-    eval_batch_size: int = 500
-    out: str = ""  # run directory (default runs/ENCODING-PRESET)
-    resume: str = ""  # run directory (or checkpoint) to continue
-    seed: int = 0
-    device: str = "auto"  # auto: cuda, then mps, then cpu
-    compile: bool = False  # torch.compile the model
-    bf16: bool = True  # bf16 autocast on CUDA
+    encoding: str = option("quadratic", "a SelfAttentionNet encoding, or resnet18")
+    content: bool = option(False, "add the content term of eq. 8 to the attention logits")
+    preset: str = option("paper", "defaults for every flag not given: paper (A.4) or tiny (CPU)")
+    dataset: str = option("cifar10", "cifar10 or synthetic")
+    data_dir: str = option("data", "folder with (or to receive) CIFAR-10")
+    subset: int = option(0, "train on this many training images (0: all)")
+    epochs: int = option(300, "training epochs")
+    batch_size: int = option(100, "images a step, across all processes")
+    lr: float = option(0.1, "peak learning rate of SGD")
+    momentum: float = option(0.9, "SGD momentum")
+    weight_decay: float = option(1e-4, "SGD weight decay, none on positional parameters")
+    warmup: float = option(0.05, "fraction of steps of linear warm-up")
+    layers: int = option(6, "attention blocks")
+    heads: object = option(9, "one number, or one per layer (pruned models)")
+    dim: int = option(400, "hidden dimension (every head's D_h too)")
+    ffn_dim: int = option(512, "feed-forward inner dimension")
+    dropout: float = option(0.1, "dropout probability")
+    width: int = option(64, "ResNet18 base width")
+    eval_batch_size: int = option(500, "images a test batch")
+    out: str = option("", "run directory (default runs/ENCODING-PRESET)")
+    resume: str = option("", "run directory (or checkpoint) to continue")
+    seed: int = option(0, "the one seed of the run")
+    device: str = option("auto", "auto: cuda, then mps, then cpu")
+    compile: bool = option(False, "torch.compile the model")
+    bf16: bool = option(True, "bf16 autocast on CUDA")
+
+
+CHOICES = dict(encoding=MODELS, preset=list(PRESETS), dataset=["cifar10", "synthetic"])
 
 
 class TrainingError(RuntimeError):
@@ -79,16 +86,13 @@ def parse_config(argv=None) -> Config:
                                      argument_default=argparse.SUPPRESS)
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
+        text = f"{f.metadata['help']} (default {f.default!r})"
         if f.type is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=f"default {f.default}")
-        elif f.name == "encoding":
-            parser.add_argument(flag, choices=MODELS, help="default quadratic")
-        elif f.name == "preset":
-            parser.add_argument(flag, choices=list(PRESETS), help=f"defaults for the other flags: {PRESETS}")
-        elif f.name == "dataset":
-            parser.add_argument(flag, choices=["cifar10", "synthetic"], help="default cifar10")
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=text)
+        elif f.name in CHOICES:
+            parser.add_argument(flag, choices=CHOICES[f.name], help=text)
         else:
-            parser.add_argument(flag, type=int if f.name == "heads" else f.type, help=f"default {f.default!r}")
+            parser.add_argument(flag, type=int if f.name == "heads" else f.type, help=text)
     args = vars(parser.parse_args(argv))
     return Config(**(PRESETS[args.get("preset", "paper")] | args))
 

@@ -29,6 +29,7 @@ import torch
 import data as data_lib
 import train as train_lib
 from attention import RowColumn
+from model import build_model
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Config:
     compare: list = field(default_factory=list)  # more run directories for Figs. 4/7
     pdf: bool = False
     image_index: int = 0  # test image for content models
+    at_init: bool = False  # the run's model as train.py initialized it (same seed), not trained
 
 
 def mass_levels(p: torch.Tensor, masses=(0.5, 0.9)) -> list:
@@ -175,16 +177,31 @@ def accuracy_figure(runs: list, out, pdf, name):
         label = f"{run.name} ({config['encoding']}{', pruned' if isinstance(config['heads'], list) else ''})"
         ax.plot([m["epoch"] for m in metrics], [m["test_acc"] for m in metrics], label=label)
     ax.set_xlabel("epoch"), ax.set_ylabel("test accuracy")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save(fig, out, name, pdf)
 
 
+def print_concentration(model, inputs):
+    """How many keys hold half of each head's attention from the central query, per layer."""
+    print("keys holding 50% of each head's attention (central query):")
+    for i, layer in enumerate(model.attention_layers):
+        maps = central_maps(layer, inputs[i] if layer.content else None)
+        counts = [int((m >= mass_levels(m, [0.5])[0]).sum()) for m in maps]
+        print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
+
+
 def visualize(cfg: Config) -> list:
     checkpoint, path = train_lib.load_checkpoint(cfg.run)
     run = path.parent
-    model = train_lib.model_from_checkpoint(checkpoint).eval()
-    out = Path(cfg.out or run / "figures")
+    if cfg.at_init:
+        config = train_lib.Config(**checkpoint["config"])
+        torch.manual_seed(config.seed)  # as train.run does before building the model
+        model = build_model(config.encoding, **train_lib.model_kwargs(config)).eval()
+    else:
+        model = train_lib.model_from_checkpoint(checkpoint).eval()
+    out = Path(cfg.out or run / ("figures-init" if cfg.at_init else "figures"))
     written = []
     if hasattr(model, "attention_layers"):
         inputs = [None] * len(model.attention_layers)
@@ -198,12 +215,14 @@ def visualize(cfg: Config) -> list:
         fig2_layer = cfg.layer or min(4, n_layers)
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
+        print_concentration(model, inputs)
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
         written += region_figure(model, inputs, out, cfg.pdf, f"{name}_attention_regions")
         written += maps_figure(model, inputs, out, cfg.pdf)
-        written += trajectory_figure(model, run, fig2_layer, out, cfg.pdf)
-    if (run / "metrics.jsonl").exists():
+        if not cfg.at_init:
+            written += trajectory_figure(model, run, fig2_layer, out, cfg.pdf)
+    if (run / "metrics.jsonl").exists() and not cfg.at_init:
         pruned = isinstance(checkpoint["config"]["heads"], list)
         runs = [run] + [Path(r) for r in cfg.compare]
         written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if pruned else "fig4_test_accuracy")
@@ -218,6 +237,8 @@ def main():
     parser.add_argument("--compare", nargs="*", default=[], help="more run directories for Figs. 4/7")
     parser.add_argument("--pdf", action="store_true", help="also write PDF files")
     parser.add_argument("--image-index", type=int, default=0, help="test image for content models")
+    parser.add_argument("--at-init", action="store_true",
+                        help="draw the run's model as initialized (same seed), to compare with the trained one")
     cfg = Config(**vars(parser.parse_args()))
     try:
         written = visualize(cfg)
