@@ -103,8 +103,9 @@ def prune(cfg: PruneConfig):
     small, _ = remove_heads(model, config, pruned)
     before, after = count_parameters(model), count_parameters(small)
     flops_before, flops_after = paper_flops(model), paper_flops(small)
-    print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); "
-          f"FLOPs (paper convention) {flops_before / 1e9:.2f}B -> {flops_after / 1e9:.2f}B ({flops_after / flops_before - 1:+.1%})")
+    scale, unit = (1e9, "B") if flops_before >= 1e9 else (1e6, "M")
+    print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); FLOPs (paper convention) "
+          f"{flops_before / scale:.2f}{unit} -> {flops_after / scale:.2f}{unit} ({flops_after / flops_before - 1:+.1%})")
 
     out = Path(cfg.out or f"{path.parent}-pruned")
     finetune = train_lib.Config(**config | dict(heads=heads, lr=config["lr"] / 10, epochs=cfg.epochs,
