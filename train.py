@@ -77,7 +77,7 @@ CHOICES = dict(encoding=MODELS, preset=list(PRESETS), dataset=["cifar10", "synth
 
 
 class TrainingError(RuntimeError):
-    pass
+    """Training cannot go on (a non-finite loss); the message says what is kept."""
 
 
 def parse_config(argv=None) -> Config:
@@ -115,13 +115,10 @@ def pick_device(name: str) -> torch.device:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def environment(device) -> dict:
