@@ -195,7 +195,8 @@ class SelfAttention2d(nn.Module):
 
     @staticmethod
     def _check_grid(grid):
-        if not isinstance(grid, (tuple, list)) or len(grid) != 2 or not all(isinstance(n, int) and n >= 1 for n in grid):
+        if (not isinstance(grid, (tuple, list)) or len(grid) != 2
+                or not all(isinstance(n, int) and n >= 1 for n in grid)):
             raise ValueError(f"grid must be two positive integers (H, W), got {grid!r}")
         return tuple(grid)
 
