@@ -273,7 +273,7 @@ class SelfAttention2d(nn.Module):
         W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
         out = self.W_out.bias
         for h in range(self.heads):
-            out = out + torch.bmm(P[..., h, :, :].expand(B, -1, -1), x) @ W_h[:, h].T  # [B, T, D_out]
+            out = out + torch.bmm(P[h].expand(B, -1, -1), x) @ W_h[:, h].T  # [B, T, D_out]
         return out.view(B, H, W, -1)
 
     def _forward_separable(self, x):

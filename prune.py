@@ -91,7 +91,7 @@ def prune(cfg: PruneConfig):
         if len(p) == layer.heads:
             raise ValueError(f"every head of layer {i} is degenerate: pruning would remove the layer "
                              "(raise --max-condition or lower --max-eigenvalue)")
-    heads = [layer.heads - len(p) for layer, p in zip(model.attention_layers, pruned)]
+    small, heads = remove_heads(model, config, pruned)
     print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  {'range over heads':<44}  pruned heads")
     for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
         ranges = ", ".join(f"{k} {v.min().item():.3g}..{v.max().item():.3g}" for k, v in head_measures(layer).items())
@@ -100,7 +100,6 @@ def prune(cfg: PruneConfig):
     if not any(pruned):
         print("no degenerate heads: nothing to prune, nothing saved")
         return None
-    small, _ = remove_heads(model, config, pruned)
     before, after = count_parameters(model), count_parameters(small)
     flops_before, flops_after = paper_flops(model), paper_flops(small)
     scale, unit = (1e9, "B") if flops_before >= 1e9 else (1e6, "M")

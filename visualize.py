@@ -85,9 +85,14 @@ def fine_density(layer, head: int, steps: int = 8):
         return rows, cols, (layer.encoding.logits(fine)[head] - normalizer).exp()
 
 
+def head_colors(n: int):
+    """One colour per head: tab10 up to 10 heads, tab20 beyond (16 heads in Fig. 8)."""
+    return plt.cm.tab10(np.arange(n)) if n <= 10 else plt.cm.tab20(np.arange(n) % 20)
+
+
 def draw_regions(ax, layer, maps, title):
     H, W = layer.grid
-    colors = plt.cm.tab20(np.linspace(0, 1, 20))[:maps.shape[0]] if maps.shape[0] > 10 else plt.cm.tab10(np.arange(maps.shape[0]))
+    colors = head_colors(maps.shape[0])
     rows = torch.arange(H) - H // 2
     cols = torch.arange(W) - W // 2
     for h in range(maps.shape[0]):
@@ -157,7 +162,7 @@ def trajectory_figure(model, run: Path, layer_index: int, out, pdf):
     layer = model.attention_layers[layer_index - 1]
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     draw_regions(ax, layer, central_maps(layer), "")
-    colors = plt.cm.tab10(np.arange(centers.shape[1])) if centers.shape[1] <= 10 else plt.cm.tab20(np.linspace(0, 1, 20))
+    colors = head_colors(centers.shape[1])
     for h in range(centers.shape[1]):
         ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[h], lw=0.8, alpha=0.8)
         ax.plot(centers[0, h, 1], centers[0, h, 0], "x", color=colors[h], ms=5)
