@@ -18,13 +18,16 @@ the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads 
 Two implementations give identical outputs and gradients from the same state_dict:
 - `impl="dense"` builds the full T x T logits from all (query, key) pairs and applies
   eq. 12 literally: concatenate the heads' `P_h X`, then project. It is the reference.
-- `impl="fast"` (what `"auto"` picks) computes position-only probabilities once per forward
-  from the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus
-  a column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
-  `P_h = P_h^row (x) P_h^col`, so each head is an H x H and a W x W product instead of a
-  T x T one. Heads are applied one at a time and accumulated into the output through their
-  slice of the projection, which never materializes the [B, T, heads * D] concatenation.
-  With content=True the probabilities differ per image and the product is the dense one.
+- `impl="fast"` (the default) computes position-only probabilities once per forward
+  from the (2H-1) x (2W-1) table of distinct shifts, and, since they are shared by the
+  batch, mixes every head and image in a few large products instead of B x heads small
+  ones: `[heads * T, T] @ [T, B * D]`. When the logits are a row term plus a column term
+  (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
+  `P_h = P_h^row (x) P_h^col`, so the mixing is an H x H and a W x W product per head
+  instead of a T x T one, and is recomputed in backward rather than stored. The mixed heads
+  come out in eq. 12's concatenated layout for one `W_out` product, the floor any
+  implementation pays. With content=True the probabilities differ per image and the
+  product is the dense one.
 """
 import math
 
@@ -33,7 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 ENCODINGS = ("quadratic", "gaussian", "learned", "sinusoidal", "mlp")
-IMPLS = ("auto", "dense", "fast")
+IMPLS = ("dense", "fast")
 
 
 def kernel_shifts(heads: int) -> torch.Tensor:
@@ -62,8 +65,9 @@ class Quadratic(nn.Module):
     """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head."""
 
     separable = True
+    undecayed = ("centers", "width")  # A.4: no weight decay on a Gaussian's center and spread
 
-    def __init__(self, heads: int, grid: tuple, dim: int):
+    def __init__(self, heads: int):
         super().__init__()
         self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)  # Delta ~ N(0, 2^2)
         self.width = nn.Parameter(1.0 + 0.01 * torch.randn(heads))  # s, with alpha = s^2 / 2 > 0
@@ -90,8 +94,9 @@ class Gaussian(nn.Module):
     """Eq. 16: logit = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta), Sigma^-1 = S S^T (A.1)."""
 
     separable = False
+    undecayed = ("centers", "inv_cov_sqrt")
 
-    def __init__(self, heads: int, grid: tuple, dim: int):
+    def __init__(self, heads: int):
         super().__init__()
         self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)
         self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S
@@ -112,6 +117,7 @@ class RowColumn(nn.Module):
     shift (`sinusoidal`, the reviewer's suggestion)."""
 
     separable = True
+    undecayed = ()  # tables and head keys are weight-decayed like any weight
 
     def __init__(self, heads: int, grid: tuple, dim: int, learned: bool = True):
         super().__init__()
@@ -122,8 +128,9 @@ class RowColumn(nn.Module):
         else:
             self.register_buffer("r_row", self.sinusoids(grid[0], dim), persistent=False)
             self.register_buffer("r_col", self.sinusoids(grid[1], dim), persistent=False)
-        self.u = nn.Parameter(torch.randn(heads, dim) / math.sqrt(dim))
-        self.w = nn.Parameter(torch.randn(heads, dim) / math.sqrt(dim))
+        bound = 1 / math.sqrt(dim)  # as a bias-free nn.Linear(dim, heads) initializes its weight
+        self.u = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))
+        self.w = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))
 
     @staticmethod
     def sinusoids(n: int, dim: int) -> torch.Tensor:
@@ -147,8 +154,9 @@ class ShiftMLP(nn.Module):
     continuous shift, one small MLP per layer shared by its heads, instead of a lookup table."""
 
     separable = False
+    undecayed = ()
 
-    def __init__(self, heads: int, grid: tuple, dim: int, hidden: int = 64):
+    def __init__(self, heads: int, grid: tuple, hidden: int = 64):
         super().__init__()
         self.scale = float(max(grid) - 1 or 1)  # shifts enter in [-1, 1]
         self.net = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, hidden),
@@ -163,7 +171,9 @@ def make_encoding(name: str, heads: int, grid: tuple, dim: int) -> nn.Module:
         raise ValueError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
     if name in ("learned", "sinusoidal"):
         return RowColumn(heads, grid, dim, learned=name == "learned")
-    return {"quadratic": Quadratic, "gaussian": Gaussian, "mlp": ShiftMLP}[name](heads, grid, dim)
+    if name == "mlp":
+        return ShiftMLP(heads, grid)
+    return Quadratic(heads) if name == "quadratic" else Gaussian(heads)
 
 
 class SelfAttention2d(nn.Module):
@@ -175,7 +185,7 @@ class SelfAttention2d(nn.Module):
     """
 
     def __init__(self, dim: int, heads: int = 9, grid: tuple = (16, 16), encoding: str = "quadratic",
-                 content: bool = False, dropout: float = 0.0, impl: str = "auto", out_dim: int = None):
+                 content: bool = False, dropout: float = 0.0, impl: str = "fast", out_dim: int = None):
         super().__init__()
         for name, value in (("dim", dim), ("heads", heads), ("out_dim", out_dim or dim)):
             if not isinstance(value, int) or value < 1:
@@ -208,13 +218,9 @@ class SelfAttention2d(nn.Module):
         self.grid = grid
 
     @property
-    def use_fast(self) -> bool:
-        return self.impl != "dense"
-
-    @property
     def separable(self) -> bool:
         """Row x column factorization applies: separable logits, no content, no dropout on P."""
-        return (self.use_fast and self.encoding.separable and not self.content
+        return (self.impl == "fast" and self.encoding.separable and not self.content
                 and not (self.training and self.dropout.p > 0))
 
     def _content_logits(self, x):  # x [B, T, dim] -> [B, heads, T, T]
@@ -226,7 +232,7 @@ class SelfAttention2d(nn.Module):
     def _position_logits(self):  # [heads, T, T]
         H, W = self.grid
         like = self.W_out.weight  # shifts take the layer's device and dtype
-        if not self.use_fast:  # every (query, key) pair, as the equations read
+        if self.impl == "dense":  # every (query, key) pair, as the equations read
             return self.encoding.logits(pairwise_shifts(H, W).to(like))
         table = self.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
         r, c = torch.arange(H, device=like.device), torch.arange(W, device=like.device)
@@ -267,35 +273,31 @@ class SelfAttention2d(nn.Module):
             return self._forward_separable(x)
         P = self.dropout(self.attention_probs(x))  # [heads, T, T] or [B, heads, T, T]
         x = x.reshape(B, H * W, D)
-        if not self.use_fast or self.content:  # eq. 12: concat_h (P_h X), then W_out
+        if self.impl == "dense" or self.content:  # eq. 12: concat_h (P_h X), then W_out
             y = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x)
             return self.W_out(y.reshape(B, H, W, -1))
-        W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
-        out = self.W_out.bias
-        for h in range(self.heads):
-            out = out + torch.bmm(P[h].expand(B, -1, -1), x) @ W_h[:, h].T  # [B, T, D_out]
-        return out.view(B, H, W, -1)
+        # Position-only: P is shared by the batch, so every head and image is one product
+        # [heads * T, T] @ [T, B * D] instead of B * heads small ones.
+        y = P.reshape(-1, H * W) @ x.transpose(0, 1).reshape(H * W, B * D)  # [(heads, T), (B, D)]
+        y = y.view(self.heads, H, W, B, D).permute(3, 1, 2, 0, 4)  # [B, H, W, heads, D]
+        return self.W_out(y.reshape(B, H, W, self.heads * D))
 
     def _forward_separable(self, x):
         B, H, W, D = x.shape
         p_row, p_col = self._axis_probs()
-        W_h = self.W_out.weight.view(-1, self.heads, D)  # [D_out, heads, D]
-        x_rows = x.reshape(B, H, W * D)
-        out = self.W_out.bias
-        for h in range(self.heads):
-            # The mixing is cheap to redo: recomputing it in backward keeps only x and the
-            # mixed output alive, the memory of the dense path, instead of both intermediates.
-            y = checkpoint(self._mix, x_rows, p_row[h], p_col[h], use_reentrant=False)
-            out = out + y.view(B, H, W, D) @ W_h[:, h].T  # [B, H, W, D_out]
-        return out
+        # The mixing is cheap to redo: recomputing it in backward keeps only x and the
+        # concatenated heads alive, the memory of the dense path, not the intermediate too.
+        y = checkpoint(self._mix, x, p_row, p_col, use_reentrant=False)  # [B, H, W, heads, D]
+        return self.W_out(y.reshape(B, H, W, self.heads * D))
 
     @staticmethod
-    def _mix(x_rows, p_row, p_col):  # [B, H, W * D] -> [B * H, W, D], one head
-        B, H, _ = x_rows.shape
-        W = p_col.shape[0]
-        # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
-        y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows
-        return torch.bmm(p_col.expand(B * H, W, W), y)  # then along columns
+    def _mix(x, p_row, p_col):  # [B, H, W, D] -> [B, H, W, heads, D]: P_h X = P_h^row X P_h^col^T
+        B, H, W, D = x.shape
+        heads = p_row.shape[0]
+        x_rows = x.permute(1, 0, 3, 2).reshape(H, B * D * W)  # [H, (B, D, W)]
+        y = (p_row.reshape(heads * H, H) @ x_rows).view(heads, H * B * D, W)  # along rows, all heads at once
+        y = torch.bmm(y, p_col.transpose(1, 2))  # then along columns: [heads, (H, B, D), W]
+        return y.view(heads, H, B, D, W).permute(2, 1, 4, 0, 3)
 
 
 def main():

@@ -1,21 +1,24 @@
 """Speed and memory of the attention layers and models (no timed assertions: numbers only).
 
-    python bench.py                    # layer and model tables on every device present
+    python bench.py                    # peaks, layer and model tables on every device present
     python bench.py --quick            # the small smoke version the tests run
     python bench.py --json bench.json  # also write the numbers with device, torch and commit
 
+0. Peak: an n x n matrix product in fp32 and in bf16, the ceiling of every figure below.
 1. Layer: SelfAttention2d at the paper's size (16 x 16 grid, dim 400, 9 heads; batch 100 on
    a GPU, 16 on the CPU), forward + backward, impl="dense" (the T x T product, as the
-   authors' code does it) against impl="fast", for every encoding; and the layer's own
-   Linear(3600, 400) alone on the same input, the floor any implementation pays.
-2. Model: training images/s of SelfAttentionNet and ResNet18 at batch 100 with the options
-   train.py uses (bf16 autocast and torch.compile on a GPU), and the implied 300 epochs.
+   authors' code does it) against impl="fast", for every encoding, also with dropout 0.1 on
+   the attention probabilities (training mode); and the layer's own Linear(3600, 400) alone
+   on the same input, the floor any implementation pays ("x Linear": a layer's time over it).
+2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
+   model's FLOPs per second (3 x the forward's matrix products, torch.utils.flop_counter)
+   over the peak of the precision used, in fp32 and under bf16 autocast: the tiny preset's
+   model at batch 100, one paper-size block (dim 400) at batch 16, and ResNet18.
 
 Times are medians over repeats after warm-up. Memory is the peak allocated on a GPU; on
 the CPU, where PyTorch keeps no such counter, it is the bytes of tensors saved for the
 backward pass (the activation memory a training step holds).
 """
-import argparse
 import json
 import statistics
 import time
@@ -25,18 +28,17 @@ import torch
 import torch.nn.functional as F
 
 from attention import ENCODINGS, SelfAttention2d
-from model import build_model
-from train import environment
+from model import build_model, counted_flops, environment, option, parse_flags
 
 EPOCH_IMAGES = 50000
 
 
 @dataclass
 class Config:
-    quick: bool = False
-    json: str = ""
-    repeats: int = 7
-    devices: str = "auto"  # auto: cpu, and cuda when present
+    quick: bool = option(False, "small sizes: a smoke run")
+    json: str = option("", "also write the numbers to this file")
+    repeats: int = option(7, "timed repeats per measurement")
+    devices: str = option("auto", "comma-separated, e.g. cpu,cuda (auto: every device present)")
 
 
 def sync(device):
@@ -91,6 +93,13 @@ def layer_measure(module, x, device, repeats: int) -> tuple:
     return measure(step, device, repeats, forward=lambda: module(x))
 
 
+def matmul_peak(device, dtype, n: int) -> float:
+    """FLOP/s of an n x n matrix product: the most a model of matrix products can reach."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    seconds, _ = measure(lambda: a @ a, device, repeats=5)
+    return 2 * n**3 / seconds
+
+
 def bench_layers(device, cfg: Config) -> list:
     batch, dim, grid = (4, 64, (8, 8)) if cfg.quick else (100 if device.type == "cuda" else 16, 400, (16, 16))
     heads = 9
@@ -99,11 +108,12 @@ def bench_layers(device, cfg: Config) -> list:
     floor, floor_mem = layer_measure(linear, torch.randn(batch, *grid, heads * dim, device=device), device, cfg.repeats)
     rows = [dict(device=str(device), kind="layer", name=f"Linear({heads * dim}, {dim}) alone", batch=batch,
                  fast_s=floor, fast_bytes=floor_mem)]
-    for name in ENCODINGS + ("quadratic+content",):
-        encoding, content = name.split("+")[0], name.endswith("content")
+    names = list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
+    for name in names:
+        encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * name.endswith("dropout")
         torch.manual_seed(0)
-        fast = SelfAttention2d(dim, heads, grid, encoding, content, impl="fast").to(device)
-        dense = SelfAttention2d(dim, heads, grid, encoding, content, impl="dense").to(device)
+        fast = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="fast").to(device)
+        dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="dense").to(device)
         dense.load_state_dict(fast.state_dict())
         dense_s, dense_mem = layer_measure(dense, x, device, cfg.repeats)
         fast_s, fast_mem = layer_measure(fast, x, device, cfg.repeats)
@@ -113,70 +123,80 @@ def bench_layers(device, cfg: Config) -> list:
     return rows
 
 
-def bench_models(device, cfg: Config) -> list:
-    gpu = device.type == "cuda"
-    batch = 4 if cfg.quick else 100
-    small = dict(layers=1, dim=32, ffn_dim=32, heads=4) if cfg.quick else {}
+def model_sizes(quick: bool) -> list:
+    """(row name, build_model name, overrides, batch) of every model row."""
+    tiny = dict(layers=1, dim=16, ffn_dim=16, heads=4) if quick else dict(layers=2, dim=64, ffn_dim=128)
+    block = dict(layers=1, dim=32, ffn_dim=32, heads=4) if quick else dict(layers=1, dim=400, ffn_dim=512)
+    rows = [(f"tiny {e}", e, tiny | dict(attention_dropout=0.0), 4 if quick else 100)
+            for e in ("quadratic", "gaussian", "learned")]
+    rows += [(f"paper block {e}", e, block | dict(attention_dropout=0.0), 4 if quick else 16)
+             for e in ("quadratic", "learned", "sinusoidal")]
+    return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
+
+
+def bench_models(device, cfg: Config, peaks: dict) -> list:
     rows = []
-    for name in ("quadratic", "gaussian", "learned", "resnet18"):
+    for row, name, overrides, batch in model_sizes(cfg.quick):
         torch.manual_seed(0)
-        model = build_model(name, **(small if name != "resnet18" else dict(width=8) if cfg.quick else {})).to(device)
-        if gpu and name == "resnet18":
-            model = model.to(memory_format=torch.channels_last)
-        net = torch.compile(model) if gpu else model
+        model = build_model(name, **overrides).to(device)
+        flops = 3 * counted_flops(model) * batch  # forward + backward (twice the forward's products)
+        net = torch.compile(model) if device.type == "cuda" else model
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         images = torch.randn(batch, 3, 32, 32, device=device)
         labels = torch.randint(0, 10, (batch,), device=device)
+        for dtype in (torch.float32, torch.bfloat16):
+            def step():
+                with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
+                    loss = F.cross_entropy(net.train()(images).float(), labels)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
 
-        def step():
-            with torch.autocast("cuda", torch.bfloat16, enabled=gpu):
-                loss = F.cross_entropy(net(images).float(), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
-        seconds, _ = measure(step, device, max(3, cfg.repeats // 2), warmup=1)
-        rate = batch / seconds
-        rows.append(dict(device=str(device), kind="model", name=name, batch=batch, images_per_s=rate,
-                         bf16=gpu, compiled=gpu, hours_300_epochs=300 * EPOCH_IMAGES / rate / 3600))
+            seconds, _ = measure(step, device, max(3, cfg.repeats // 2), warmup=1)
+            rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=str(dtype)[6:],
+                             images_per_s=batch / seconds, gflop_per_image=flops / batch / 1e9,
+                             utilization=flops / seconds / peaks[str(dtype)[6:]], compiled=device.type == "cuda"))
     return rows
 
 
-def print_tables(rows: list):
+def print_tables(rows: list, peaks: dict):
     for device in dict.fromkeys(r["device"] for r in rows):
+        p = peaks[device]
+        print(f"\nMatrix-product peak on {device} ({p['hardware']}): fp32 {p['float32'] / 1e9:.0f} GFLOP/s, "
+              f"bf16 {p['bfloat16'] / 1e9:.0f} GFLOP/s ({p['bfloat16'] / p['float32']:.1f}x)")
         layer = [r for r in rows if r["device"] == device and r["kind"] == "layer"]
         print(f"\nLayer forward + backward on {device}, batch {layer[0]['batch']} "
               f"(memory: {'peak allocated' if device.startswith('cuda') else 'tensors saved for backward'})")
-        print(f"{'encoding':<20}{'dense ms':>10}{'fast ms':>10}{'speed-up':>10}{'dense MB':>10}{'fast MB':>10}{'x Linear':>10}")
+        print(f"{'encoding':<26}{'dense ms':>10}{'fast ms':>10}{'speed-up':>10}{'dense MB':>10}{'fast MB':>10}{'x Linear':>10}")
         for r in layer:
             if "dense_s" in r:
-                print(f"{r['name']:<20}{r['dense_s'] * 1e3:>10.1f}{r['fast_s'] * 1e3:>10.1f}{r['speedup']:>9.2f}x"
+                print(f"{r['name']:<26}{r['dense_s'] * 1e3:>10.1f}{r['fast_s'] * 1e3:>10.1f}{r['speedup']:>9.2f}x"
                       f"{r['dense_bytes'] / 2**20:>10.0f}{r['fast_bytes'] / 2**20:>10.0f}{r['floor_multiple']:>9.2f}x")
             else:
-                print(f"{r['name']:<20}{'':>10}{r['fast_s'] * 1e3:>10.1f}{'':>10}{'':>10}{r['fast_bytes'] / 2**20:>10.0f}{1:>9.2f}x")
+                print(f"{r['name']:<26}{'':>10}{r['fast_s'] * 1e3:>10.1f}{'':>10}{'':>10}{r['fast_bytes'] / 2**20:>10.0f}{1:>9.2f}x")
         models = [r for r in rows if r["device"] == device and r["kind"] == "model"]
-        print(f"\nTraining step on {device}, batch {models[0]['batch']}, bf16 and compile: {models[0]['bf16']}")
-        print(f"{'model':<12}{'images/s':>10}{'300 epochs':>14}")
-        for r in models:
-            print(f"{r['name']:<12}{r['images_per_s']:>10.0f}{r['hours_300_epochs']:>12.1f} h")
+        print(f"\nTraining step on {device} (compiled: {models[0]['compiled']}); utilization = model FLOP/s "
+              "over the peak of the precision")
+        print(f"{'model':<24}{'batch':>6}{'GFLOP/img':>11}{'fp32 img/s':>12}{'util':>6}{'bf16 img/s':>12}{'util':>6}")
+        for fp32, bf16 in zip(models[::2], models[1::2]):
+            print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}"
+                  f"{fp32['images_per_s']:>12.0f}{fp32['utilization']:>6.0%}{bf16['images_per_s']:>12.0f}{bf16['utilization']:>6.0%}")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    parser.add_argument("--json", default="", help="write the numbers to this file")
-    parser.add_argument("--repeats", type=int, default=Config.repeats, help="timed repeats per measurement")
-    parser.add_argument("--devices", default="auto", help="comma-separated, e.g. cpu,cuda (default: all present)")
-    cfg = Config(**vars(parser.parse_args()))
+    cfg = Config(**parse_flags(Config, __doc__))
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    rows = []
+    rows, peaks = [], {}
     for device in map(torch.device, names):
-        rows += bench_layers(device, cfg) + bench_models(device, cfg)
-    print_tables(rows)
+        n = 256 if cfg.quick else 2048
+        peaks[str(device)] = {str(t)[6:]: matmul_peak(device, t, n) for t in (torch.float32, torch.bfloat16)}
+        peaks[str(device)]["hardware"] = environment(device)["hardware"]
+        rows += bench_layers(device, cfg) + bench_models(device, cfg, peaks[str(device)])
+    print_tables(rows, peaks)
     if cfg.json:
         env = {name: environment(torch.device(name)) for name in names}
         with open(cfg.json, "w") as f:
-            json.dump(dict(config=asdict(cfg), environment=env, rows=rows), f, indent=1)
+            json.dump(dict(config=asdict(cfg), environment=env, peaks=peaks, rows=rows), f, indent=1)
         print(f"\nwrote {cfg.json}")
 
 

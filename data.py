@@ -118,8 +118,8 @@ def load_cifar10(data_dir="data", md5: str = MD5, url: str = URL) -> tuple:
                 download(url, archive)
             except OSError as e:
                 raise DataError(f"CIFAR-10 is not in {data_dir}/ and could not be downloaded ({e}). "
-                                f"Put {ARCHIVE} (md5 {MD5}, from {URL}) or its extracted {FOLDER}/ "
-                                f"folder in {data_dir}/, or pass --data-dir.") from None
+                                f"Put {ARCHIVE} (md5 {md5}, from {url}) or its extracted {FOLDER}/ "
+                                f"folder in {data_dir}/, or pass --data-dir (README: Data).") from None
         if md5sum(archive) != md5:
             raise DataError(f"{archive} fails its md5 check (expected {md5}): truncated or not the "
                             "official archive; delete it and try again")
@@ -166,6 +166,16 @@ def load(dataset: str, data_dir="data", seed: int = 0) -> tuple:
     raise ValueError(f"unknown dataset {dataset!r}; choose cifar10 or synthetic")
 
 
+def training_subset(train: Split, subset: int, seed: int) -> Split:
+    """The `subset` training images a run uses (0: all), a fixed random choice of its seed."""
+    if subset > len(train.labels):
+        raise ValueError(f"--subset {subset}: the training set has {len(train.labels)} images")
+    if not subset:
+        return train
+    keep = torch.randperm(len(train.labels), generator=generator("cpu", seed, -1))[:subset]
+    return Split(train.images[keep], train.labels[keep])
+
+
 def channel_stats(images: torch.Tensor) -> tuple:
     """Per-channel mean and std of uint8 images, on the [0, 1] scale: two [3] tensors."""
     x = images.double().div_(255).transpose(0, 1).reshape(3, -1)
@@ -204,9 +214,11 @@ class Batches:
         self.batch_size, self.train, self.seed, self.device, self.shard = batch_size, train, seed, device, shard
         self.mean = torch.as_tensor(mean, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.as_tensor(std, device=device).view(1, 3, 1, 1) * 255
-        n = len(split.labels) // shard[1]
-        self.size = n
-        self.steps = n // batch_size if train else -(-n // batch_size)  # training drops the ragged end
+        rank, world = shard
+        # training: every process the same number of images, the ragged end of the shared order
+        # dropped; evaluation: every image exactly once, whatever the number of processes
+        self.size = len(split.labels) // world if train else len(range(rank, len(split.labels), world))
+        self.steps = self.size // batch_size if train else -(-self.size // batch_size)
 
     def __len__(self):
         return self.steps
@@ -218,7 +230,7 @@ class Batches:
         else:
             index = torch.randperm(n, generator=generator("cpu", self.seed, epoch)).to(self.device)
         rank, world = self.shard
-        return index[rank:self.size * world:world]
+        return index[rank:self.size * world:world] if self.train else index[rank::world]
 
     def epoch(self, epoch: int, start: int = 0):
         index = self.order(epoch)

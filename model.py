@@ -7,6 +7,15 @@ image [B, 3, 32, 32] -> 2x2 space-to-depth [B, 16, 16, 12] -> Linear(12, 400) ->
 blocks (attention, Linear(400, 400), dropout, add & LayerNorm; FFN 400 -> 512 -> 400 with GELU,
 dropout, add & LayerNorm) -> mean over the 16 x 16 positions -> Linear(400, 10).
 """
+import argparse
+import dataclasses
+import inspect
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,9 +39,9 @@ def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
 class Block(nn.Module):
     """A post-LN transformer block whose attention is SelfAttention2d (BERT layout, eps 1e-12)."""
 
-    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, impl, eps=1e-12):
+    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl, eps=1e-12):
         super().__init__()
-        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, impl=impl)
+        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, attention_dropout, impl)
         self.attention_out = nn.Linear(dim, dim)
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
@@ -48,8 +57,8 @@ class SelfAttentionNet(nn.Module):
     """Section 4.1. `heads` is one number for every layer, or one per layer (a pruned model)."""
 
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
-                 ffn_dim: int = 512, dropout: float = 0.1, content: bool = False,
-                 image_size: int = 32, num_classes: int = 10, impl: str = "auto"):
+                 ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
+                 content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast"):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
@@ -58,7 +67,7 @@ class SelfAttentionNet(nn.Module):
             raise ValueError(f"image_size must be even for 2x2 space-to-depth, got {image_size}")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
-        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, impl)
+        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl)
                                     for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
 
@@ -111,9 +120,126 @@ def build_model(name: str, **overrides) -> nn.Module:
     """`resnet18`, or a SelfAttentionNet with that encoding; overrides go to the constructor."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    if name == "resnet18":
-        return ResNet18(**{k: v for k, v in overrides.items() if k in ("num_classes", "width")})
-    return SelfAttentionNet(encoding=name, **overrides)
+    model = ResNet18 if name == "resnet18" else SelfAttentionNet
+    allowed = set(inspect.signature(model).parameters) - {"encoding"}
+    if overrides.keys() - allowed:
+        raise ValueError(f"{name} takes no {', '.join(sorted(overrides.keys() - allowed))}; "
+                         f"it takes {', '.join(sorted(allowed))}")
+    return ResNet18(**overrides) if name == "resnet18" else SelfAttentionNet(encoding=name, **overrides)
+
+
+# ---- every script's command line: the fields of its Config dataclass -----------------------
+
+def option(default, help: str, **flag):
+    """A Config field with its help text; `flag` holds more argparse settings (type, nargs, choices)."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=dict(help=help, **flag))
+    return dataclasses.field(default=default, metadata=dict(help=help, **flag))
+
+
+def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
+    """The values given on the command line, by field name. Every field of the dataclass is a
+    flag `--field-name` (booleans also `--no-field-name`), those in `positional` arguments."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS)
+    for f in dataclasses.fields(config_class):
+        flag = dict(f.metadata)
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if f.name not in positional and default not in ("", None, []) and "default" not in flag["help"]:
+            flag["help"] += f" (default {default})"
+        if f.type in (bool, bool | None):
+            flag["action"] = argparse.BooleanOptionalAction
+        elif "type" not in flag and not isinstance(default, list):
+            flag["type"] = f.type
+        parser.add_argument(f.name if f.name in positional else "--" + f.name.replace("_", "-"), **flag)
+    return vars(parser.parse_args(argv))
+
+
+# ---- a model from a run's config or checkpoint (the dict train.py's Config stores) ----------
+
+def model_kwargs(config: dict) -> dict:
+    """The constructor arguments that a run's config gives build_model."""
+    if config["encoding"] == "resnet18":
+        return dict(width=config["width"])
+    kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
+    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0))  # 0 before the option
+
+
+def model_from_config(config: dict) -> nn.Module:
+    return build_model(config["encoding"], **model_kwargs(config))
+
+
+def checkpoint_dict(model, optimizer, scheduler, cfg, epoch: int, step: int = 0,
+                    partial=(0.0, 0.0, 0.0, 0.0), metrics=()) -> dict:
+    """Everything a run (`cfg`: its Config dataclass) needs to continue exactly; `partial`
+    holds the running loss sum, correct count, images seen and training seconds of an
+    unfinished epoch. Without an optimizer it is a starting point: `--resume` trains the
+    model from it from epoch 0."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return dict(model=model.state_dict(), optimizer=optimizer and optimizer.state_dict(),
+                scheduler=scheduler and scheduler.state_dict(), config=dataclasses.asdict(cfg), epoch=epoch, step=step,
+                partial=list(partial), metrics=list(metrics), rng=dict(torch=torch.get_rng_state(), cuda=cuda))
+
+
+def atomic_save(obj, path: Path):
+    """Write to a temporary file, then rename: an interrupted save never leaves half a file."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path) -> tuple:
+    """(checkpoint dict, its path) from a checkpoint file or a run directory holding one."""
+    path = Path(path)
+    path = path / "checkpoint.pt" if path.is_dir() else path
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        raise ValueError(f"{path} is not a checkpoint of this project (torch.load cannot read it)") from None
+    if not isinstance(checkpoint, dict) or not {"model", "config", "epoch"} <= checkpoint.keys():
+        raise ValueError(f"{path} is not a checkpoint of this project (no model, config and epoch entries)")
+    return checkpoint, path
+
+
+def model_from_checkpoint(checkpoint: dict, at_init: bool = False) -> nn.Module:
+    """The model a checkpoint describes (pruned models included), with its weights, or as the
+    run initialized it (`at_init`: the run's seed, as train.py seeds before building)."""
+    if at_init:
+        torch.manual_seed(checkpoint["config"]["seed"])
+        return model_from_config(checkpoint["config"])
+    model = model_from_config(checkpoint["config"])
+    model.load_state_dict(checkpoint["model"])
+    return model
+
+
+def kept_heads(run: Path, model: nn.Module) -> list:
+    """Each layer's original head numbers: a pruned run keeps them in kept_heads.json, so its
+    heads carry the numbers and colours of the unpruned figures."""
+    path = run / "kept_heads.json"
+    if path.exists():
+        return json.loads(path.read_text())["layers"]
+    return [list(range(layer.heads)) for layer in model.attention_layers]
+
+
+def environment(device: torch.device) -> dict:
+    """What a run record names: commit, torch, device and hardware."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):  # no git, or one that hangs
+        commit = ""
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return dict(commit=commit or "unknown", torch=torch.__version__, device=str(device), hardware=hardware,
+                cpu_threads=torch.get_num_threads())
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -163,7 +289,7 @@ def main():
         paper_p, paper_f = (f"{v / s:.1f}{u}" for v, s, u in zip(PAPER.get(name, (0, 0)), (1e6, 1e9), "MB"))
         set_impl(model, "dense")
         dense = counted_flops(model)
-        set_impl(model, "auto")
+        set_impl(model, "fast")
         print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
               f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
               f"{dense / 1e9:>17.2f}B{counted_flops(model) / 1e9:>7.2f}B")

@@ -1,6 +1,6 @@
 """Theorem 1 made numeric: multi-head self-attention with quadratic encoding is a convolution.
 
-    python prove.py [--out figures]     # about half a minute on a 2-core CPU
+    python prove.py [--out DIR]     # about half a minute on a 2-core CPU; the figure goes to runs/prove
 
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
 layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9) with
@@ -12,12 +12,17 @@ Borders, which the paper does not discuss: the convolution pads with zeros, so t
 are the input padded with K//2 rings of zero tokens; outputs are kept for the original
 pixels only. Without this a border head would attend to the nearest pixel inside the image.
 
+The converse (`attention_to_conv`): every position-only layer, of any encoding, is a sum of
+normalized convolutions with full-image kernels, one per head. `locality` and
+`grid_coverage` measure how close a layer is to Lemma 1's construction: how much of its
+kernel lies next to the query, and how many heads sit sharply on distinct pixels.
+
 Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, where
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
 move onto the 3 x 3 grid of shifts.
 """
-import argparse
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import SelfAttention2d, kernel_shifts
+from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
+from model import option, parse_flags
 
 
 class ConvAsAttention(nn.Module):
@@ -82,13 +88,105 @@ def conv_to_attention(conv: nn.Module, alpha: float) -> ConvAsAttention:
     return layer.to(conv.weight.device, conv.weight.dtype)
 
 
+class AttentionAsConv(nn.Module):
+    """The converse of Theorem 1: a position-only layer (content=False, any encoding) computed
+    by convolutions, [B, H, W, D] -> [B, H, W, D_out].
+
+    With logits f_h(k - q) (eq. 9, 16 or 4.3), head h gives query q the output
+    sum_k exp(f_h(k - q)) x_k W^(h) / Z_h(q): the numerator is `conv2d(X, K_h)` with the
+    full-image kernel K_h[delta] = exp(f_h(delta)) W^(h) over all (2H-1) x (2W-1) shifts and
+    zero padding (H-1, W-1); the normalizer Z_h(q) = sum over the keys in the image of
+    exp(f_h(k - q)) is the same convolution of an all-ones image with exp(f_h). So every such
+    layer is a sum of normalized convolutions, one per head, plus the bias of W_out. Each
+    head's f_h is shifted by its maximum, which leaves the ratio unchanged.
+    """
+
+    def __init__(self, layer: SelfAttention2d):
+        super().__init__()
+        if layer.content:
+            raise ValueError("content=True: the probabilities depend on the image, not a convolution")
+        (H, W), heads, like = layer.grid, layer.heads, layer.W_out.weight.detach()
+        with torch.no_grad():
+            f = layer.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
+        kernel = (f - f.amax((1, 2), keepdim=True)).exp()
+        W_h = like.view(-1, heads, layer.dim)  # [D_out, heads, D]: W^(h) = W_h[:, h].T
+        self.padding = (H - 1, W - 1)
+        self.register_buffer("K", torch.einsum("hab,ohd->hodab", kernel, W_h).flatten(0, 1))  # [heads*D_out, D, 2H-1, 2W-1]
+        self.register_buffer("exp_f", kernel[:, None])  # [heads, 1, 2H-1, 2W-1]
+        self.register_buffer("bias", layer.W_out.bias.detach().clone())
+
+    def forward(self, x):
+        B, H, W, _ = x.shape
+        heads = self.exp_f.shape[0]
+        numerator = F.conv2d(x.permute(0, 3, 1, 2), self.K, padding=self.padding)  # [B, heads*D_out, H, W]
+        Z = F.conv2d(x.new_ones(1, 1, H, W), self.exp_f, padding=self.padding)  # [1, heads, H, W]
+        y = (numerator.view(B, heads, -1, H, W) / Z[:, :, None]).sum(1)  # [B, D_out, H, W]
+        return y.permute(0, 2, 3, 1) + self.bias
+
+
+def attention_to_conv(layer: SelfAttention2d) -> AttentionAsConv:
+    """The convolutions that compute a position-only attention layer (see AttentionAsConv)."""
+    return AttentionAsConv(layer)
+
+
+def central_probs(layer: SelfAttention2d) -> torch.Tensor:
+    """The central query's probabilities over the keys, P[h, q, :] at q = (H//2, W//2): [heads, H, W]."""
+    if layer.content:
+        raise ValueError("content=True: the probabilities depend on the image")
+    H, W = layer.grid
+    with torch.no_grad():
+        return layer.attention_probs()[:, (H // 2) * W + W // 2].view(-1, H, W)
+
+
+def locality(layer: SelfAttention2d, size: int) -> float:
+    """Share of the central query's kernel energy inside the size x size window around it.
+
+    By the converse of Theorem 1 the query's output is sum_delta x_{q+delta} M(delta) with
+    M(delta) = sum_h p_h(delta) W^(h); its energy ||M(delta)||_F^2 = p(delta)^T G p(delta) uses
+    the Gram matrix G[h, h'] = <W^(h), W^(h')>_F. 1.0 for a size x size convolution; a uniform
+    layer gives the window's share of the grid.
+    """
+    p = central_probs(layer).double()  # [heads, H, W]
+    W_h = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)
+    energy = torch.einsum("hab,hg,gab->ab", p, W_h @ W_h.T, p)  # [H, W]
+    H, W = layer.grid
+    r, c = H // 2 - size // 2, W // 2 - size // 2
+    return (energy[max(r, 0):r + size, max(c, 0):c + size].sum() / energy.sum()).item()
+
+
+def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = 0.5) -> int:
+    """Distinct integer shifts that hold a head's center within `radius` pixels, that head
+    putting at least `mass` of the central query's probability on that one pixel (a head of
+    Lemma 1). For encodings with centers (quadratic, gaussian)."""
+    if not hasattr(layer.encoding, "centers"):
+        raise ValueError(f"{layer.encoding_name} heads have no centers")
+    p = central_probs(layer)
+    H, W = layer.grid
+    shifts = set()
+    for h, center in enumerate(layer.encoding.centers.detach().tolist()):
+        nearest = [round(c) for c in center]
+        row, col = H // 2 + nearest[0], W // 2 + nearest[1]
+        close = math.dist(center, nearest) <= radius
+        if close and 0 <= row < H and 0 <= col < W and p[h, row, col] >= mass:
+            shifts.add(tuple(nearest))
+    return len(shifts)
+
+
+def measures(layer: SelfAttention2d) -> dict:
+    """Locality in the 3x3 and 5x5 windows and, for heads with centers, grid coverage."""
+    found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)}
+    if hasattr(layer.encoding, "centers"):
+        found["coverage"] = grid_coverage(layer)
+    return found
+
+
 @dataclass
 class Config:
-    alphas: list = field(default_factory=lambda: [0.5, 1, 2, 5, 10, 20, 40, 80])
-    steps: int = 1000  # gradient steps of the learnability demo
-    lr: float = 0.1  # peak of a one-cycle Adam schedule
-    seed: int = 0
-    out: str = "figures"
+    alphas: list = option([0.5, 1, 2, 5, 10, 20, 40, 80], "alphas of the error table", nargs="+", type=float)
+    steps: int = option(1000, "gradient steps of the learnability demo")
+    lr: float = option(0.1, "peak learning rate of the demo's one-cycle Adam schedule")
+    seed: int = option(0, "the one seed")
+    out: str = option("runs/prove", "folder for the figure (the README's is made with --out figures)")
 
 
 def photo(size: int = 48) -> torch.Tensor:
@@ -120,9 +218,22 @@ def error_table(cfg: Config):
         print(f"{'random L=40':<14}{K:>3}" + "".join(f"{e:>10.1e}" for e in errors))
 
 
+def converse_table():
+    """max |layer(X) - its convolutions(X)| for a random layer of every encoding (float64)."""
+    print("Converse: a position-only layer as normalized convolutions, max |MHSA(X) - convs(X)| (float64)")
+    x = torch.randn(2, 12, 10, 8).double()
+    for name in ENCODINGS:
+        layer = SelfAttention2d(8, heads=9, grid=(12, 10), encoding=name).double()
+        error = (attention_to_conv(layer)(x) - layer(x)).abs().max().item()
+        print(f"  {name:<11}{error:.1e}   at initialization: {measures_text(layer)}")
+
+
+def measures_text(layer) -> str:
+    return ", ".join(f"{k} {v:.3g}" for k, v in measures(layer).items())
+
+
 def learnability(cfg: Config):
     """Fit a 9-head quadratic layer (random centers, free alpha and W) to a random 3x3 conv."""
-    torch.manual_seed(cfg.seed)
     target = nn.Conv2d(8, 8, 3, padding=1)
     model = conv_to_attention(nn.Conv2d(8, 8, 3, padding=1), alpha=1.0)  # W random, like a new conv
     with torch.no_grad():
@@ -183,14 +294,11 @@ def plot_paths(path: torch.Tensor, out: Path) -> Path:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=Config.steps, help="gradient steps of the learnability demo")
-    parser.add_argument("--lr", type=float, default=Config.lr, help="peak Adam learning rate of the demo")
-    parser.add_argument("--seed", type=int, default=Config.seed)
-    parser.add_argument("--out", default=Config.out, help="folder for the figure")
-    cfg = Config(**{k: v for k, v in vars(parser.parse_args()).items()})
+    cfg = Config(**parse_flags(Config, __doc__))
     torch.manual_seed(cfg.seed)
     error_table(cfg)
+    print()
+    converse_table()
     print()
     print(f"wrote {plot_paths(learnability(cfg), Path(cfg.out))}")
 

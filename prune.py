@@ -11,7 +11,7 @@ shrink. The pruned model is saved as a checkpoint that train.py, visualize.py an
 model.build_model load like any other, then fine-tuned with train.py's loop at a tenth of
 the learning rate (the paper: 100 epochs, lr 0.01, cosine with 5% warm-up).
 """
-import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,20 +20,22 @@ import torch
 
 import train as train_lib
 from data import DataError
-from model import build_model, count_parameters, paper_flops
+from model import (atomic_save, checkpoint_dict, count_parameters, kept_heads, load_checkpoint, model_from_checkpoint,
+                   model_from_config, option, paper_flops, parse_flags)
 
 
 @dataclass
-class PruneConfig:
-    checkpoint: str = ""  # checkpoint file or run directory
-    max_eigenvalue: float = 1e-5  # prune if Sigma^-1's largest eigenvalue is below
-    max_condition: float = 1e5  # prune if Sigma^-1's condition number is above (authors' code: 1e3)
-    min_alpha: float = 1e-5  # quadratic heads: prune if alpha is below
-    epochs: int = 100  # fine-tuning epochs
-    finetune: bool = True
-    out: str = ""  # default: RUN-pruned beside the run
-    device: str = "auto"
-    data_dir: str = ""  # default: the run's
+class Config:
+    checkpoint: str = option("", "checkpoint file or run directory")
+    max_eigenvalue: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
+    max_condition: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
+                                       "(the paper's text says 1e5; the authors' code used 1e3)")
+    min_alpha: float = option(1e-5, "prune quadratic heads whose alpha is below this")
+    epochs: int = option(100, "fine-tuning epochs (the paper: 100)")
+    finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
+    out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")
+    device: str = option("auto", "auto: cuda, then mps, then cpu")
+    data_dir: str = option("", "CIFAR-10 folder for fine-tuning (default: the run's)")
 
 
 def head_measures(layer) -> dict:
@@ -46,7 +48,7 @@ def head_measures(layer) -> dict:
     return {"largest eigenvalue": largest, "condition": largest / smallest}  # inf where singular
 
 
-def degenerate_heads(model, cfg: PruneConfig) -> list:
+def degenerate_heads(model, cfg: Config) -> list:
     """Per layer, the indices of the heads to prune."""
     pruned = []
     for layer in model.attention_layers:
@@ -62,7 +64,7 @@ def degenerate_heads(model, cfg: PruneConfig) -> list:
 def remove_heads(model, config: dict, pruned: list):
     """A new model without the pruned heads: their encoding entries and W_out input blocks go."""
     heads = [layer.heads - len(p) for layer, p in zip(model.attention_layers, pruned)]
-    small = build_model(config["encoding"], **train_lib.model_kwargs(train_lib.Config(**config | dict(heads=heads))))
+    small = model_from_config(config | dict(heads=heads))
     state = model.state_dict()
     for i, (layer, drop) in enumerate(zip(model.attention_layers, pruned)):
         keep = torch.tensor([h for h in range(layer.heads) if h not in drop])
@@ -75,17 +77,20 @@ def remove_heads(model, config: dict, pruned: list):
     return small, heads
 
 
-def prune(cfg: PruneConfig):
+def prune(cfg: Config):
     """Report the degenerate heads; remove them, save and fine-tune. Returns the new run
     directory, or None when no head is degenerate."""
-    checkpoint, path = train_lib.load_checkpoint(cfg.checkpoint)
+    checkpoint, path = load_checkpoint(cfg.checkpoint)
     config = checkpoint["config"]
+    out = Path(cfg.out or f"{path.parent}-pruned")
+    if (out / "checkpoint.pt").exists():
+        raise ValueError(f"{out} holds an earlier pruned run; remove it or choose another --out")
     if config["encoding"] not in ("gaussian", "quadratic"):
         raise ValueError(f"{path} is a {config['encoding']} model: it has no Gaussian heads whose "
                          "covariance could be judged (prune works on gaussian and quadratic models)")
     if config.get("content"):
         raise ValueError(f"{path} uses content attention: its heads are not position-only Gaussians")
-    model = train_lib.model_from_checkpoint(checkpoint)
+    model = model_from_checkpoint(checkpoint)
     pruned = degenerate_heads(model, cfg)
     for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
         if len(p) == layer.heads:
@@ -106,35 +111,22 @@ def prune(cfg: PruneConfig):
     print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); FLOPs (paper convention) "
           f"{flops_before / scale:.2f}{unit} -> {flops_after / scale:.2f}{unit} ({flops_after / flops_before - 1:+.1%})")
 
-    out = Path(cfg.out or f"{path.parent}-pruned")
     finetune = train_lib.Config(**config | dict(heads=heads, lr=config["lr"] / 10, epochs=cfg.epochs,
                                                 out=str(out), resume="", device=cfg.device,
                                                 data_dir=cfg.data_dir or config["data_dir"]))
     out.mkdir(parents=True, exist_ok=True)
-    train_lib.atomic_save(train_lib.checkpoint_dict(small, None, None, finetune, epoch=0), out / "checkpoint.pt")
+    atomic_save(checkpoint_dict(small, None, None, finetune, epoch=0), out / "checkpoint.pt")
+    ids = [[i for h, i in enumerate(layer_ids) if h not in p] for layer_ids, p in zip(kept_heads(path.parent, model), pruned)]
+    (out / "kept_heads.json").write_text(json.dumps({"layers": ids}))
     print(f"saved the pruned model to {out / 'checkpoint.pt'}")
     if cfg.finetune:
-        print(f"fine-tuning {cfg.epochs} epochs at lr {finetune.lr:g}")
+        print(f"fine-tuning {cfg.epochs} epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g}")
         train_lib.run(finetune, model=small)
     return out
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="checkpoint file or run directory")
-    parser.add_argument("--max-eigenvalue", type=float, default=PruneConfig.max_eigenvalue,
-                        help="prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
-    parser.add_argument("--max-condition", type=float, default=PruneConfig.max_condition,
-                        help="prune Gaussian heads whose Sigma^-1 has a larger condition number (the paper's "
-                             "text says 1e5; the authors' code used 1e3)")
-    parser.add_argument("--min-alpha", type=float, default=PruneConfig.min_alpha,
-                        help="prune quadratic heads whose alpha is below this")
-    parser.add_argument("--epochs", type=int, default=PruneConfig.epochs, help="fine-tuning epochs (paper: 100)")
-    parser.add_argument("--no-finetune", dest="finetune", action="store_false", help="only report and save")
-    parser.add_argument("--out", default="", help="run directory of the pruned model (default RUN-pruned)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--data-dir", default="", help="CIFAR-10 folder for fine-tuning (default: the run's)")
-    cfg = PruneConfig(**vars(parser.parse_args()))
+    cfg = Config(**parse_flags(Config, __doc__, positional=("checkpoint",)))
     try:
         prune(cfg)
     except (ValueError, FileNotFoundError, DataError, train_lib.TrainingError) as e:

@@ -1,11 +1,22 @@
-"""The test suite: `python -m pytest -q test_all.py` (a few minutes on a 2-core CPU).
+"""The test suite, grouped by the paper's claims: `python -m pytest -q test_all.py`.
 
 Every fast path is held to an independent reference: the dense equations, F.conv2d,
 eq. 15 written out here, the paper's tables for parameter counts.
 """
 import copy
+import hashlib
+import io
 import json
 import math
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +24,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import attention
+import bench
+import data as data_lib
 import model as model_lib
 import prove
+import prune as prune_lib
+import train as train_lib
+import visualize as viz
 from attention import ENCODINGS, SelfAttention2d
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -45,7 +61,7 @@ def grads(layer, x, g):
     return out, x.grad, {n: p.grad for n, p in layer.named_parameters()}
 
 
-# ---- attention.py: fast == dense, probabilities, eq. 15 ----------------------------------
+# ---- Eqs. 9/15, 16 and §4.3: the encodings, and every fast path equal to the dense equations ---
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("grid", [(5, 7), (1, 9), (4, 4)])
@@ -135,6 +151,32 @@ def test_sinusoidal_tables_are_fixed():
     torch.testing.assert_close(table[3, 4], torch.tensor(math.cos(1.0)))
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_attention_dropout_in_training_fast_equals_dense_with_one_mask_per_batch(encoding):
+    fast, dense = pair(encoding, (4, 5), dropout=0.3)
+    x = torch.randn(3, 4, 5, 6, dtype=torch.float64)
+    g = torch.randn(3, 4, 5, 6, dtype=torch.float64)
+    torch.manual_seed(7)
+    out_f, dx_f, dp_f = grads(fast, x, g)
+    torch.manual_seed(7)
+    out_d, dx_d, dp_d = grads(dense, x, g)
+    torch.testing.assert_close(out_f, out_d)
+    torch.testing.assert_close(dx_f, dx_d)
+    for name in dp_d:
+        torch.testing.assert_close(dp_f[name], dp_d[name])
+    torch.manual_seed(7)
+    P = dense.dropout(dense.attention_probs())  # the mask drawn, shared by the 3 images
+    expected = torch.einsum("hqk,bkd->bqhd", P, x.flatten(1, 2)).reshape(3, 4, 5, -1)
+    torch.testing.assert_close(out_d, dense.W_out(expected))
+    assert not torch.equal(out_d, dense.eval()(x))  # the mask changed the output
+
+
+def test_the_model_passes_attention_dropout_to_its_layers():
+    net = model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=8, heads=4, attention_dropout=0.2)
+    assert [layer.dropout.p for layer in net.attention_layers] == [0.2, 0.2]
+    assert train_lib.Config().attention_dropout == 0.1  # the authors' code: on by default
+
+
 def test_dropout_on_probabilities_still_matches_dense_in_eval():
     fast, dense = pair("quadratic", (4, 4), dropout=0.5)
     x = torch.randn(2, 4, 4, 6, dtype=torch.float64)
@@ -144,7 +186,7 @@ def test_dropout_on_probabilities_still_matches_dense_in_eval():
     assert not fast.separable  # dropout on P breaks the factorization: the full product is used
 
 
-# ---- bad inputs ----------------------------------------------------------------------------
+# ---- Bad inputs get one clear error ----------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(dim=0), "dim must be a positive integer"),
@@ -190,7 +232,7 @@ def test_conv_outside_the_construction_is_refused(conv, match):
         prove.conv_to_attention(nn.Linear(3, 3), alpha=10.0)
 
 
-# ---- prove.py: Theorem 1 against F.conv2d ----------------------------------------------------
+# ---- Theorem 1 (Lemmas 1-2): attention built from a convolution equals F.conv2d -------------
 
 @pytest.mark.parametrize("K", [3, 5])
 @pytest.mark.parametrize("channels", [(3, 5), (7, 2)])
@@ -227,7 +269,49 @@ def test_theorem_error_falls_like_exp_minus_alpha():
     assert 0.8 < ratio < 1.2
 
 
-# ---- model.py: the paper's parameter counts and FLOPs ----------------------------------------
+# ---- The converse: a position-only layer is a sum of normalized convolutions; its measures ---
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("grid", [(5, 7), (4, 4), (1, 6)])
+def test_position_only_layer_equals_its_convolutions(encoding, grid):
+    _, dense = pair(encoding, grid)
+    x = torch.randn(2, *grid, 6, dtype=torch.float64)
+    torch.testing.assert_close(prove.attention_to_conv(dense)(x), dense(x), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="content"):
+        prove.attention_to_conv(pair(encoding, grid, content=True)[1])
+
+
+def test_locality_is_the_kernel_energy_near_the_query():
+    _, layer = pair("gaussian", (9, 8))
+    p = layer.attention_probs()[:, 4 * 8 + 4].view(4, 9, 8)  # central query (4, 4)
+    W_h = layer.W_out.weight.detach().view(6, 4, 6)  # [D_out, heads, D]
+    energy = torch.stack([torch.stack([(torch.einsum("h,ohd->od", p[:, i, j], W_h) ** 2).sum()
+                                       for j in range(8)]) for i in range(9)])
+    for size in (3, 5):
+        window = energy[4 - size // 2:4 + size // 2 + 1, 4 - size // 2:4 + size // 2 + 1].sum()
+        assert prove.locality(layer, size) == pytest.approx((window / energy.sum()).item(), rel=1e-9)
+
+
+def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
+    torch.manual_seed(0)
+    layer = prove.conv_to_attention(nn.Conv2d(4, 5, 3, padding=1), alpha=50.0).attention
+    layer.set_grid((9, 9))
+    assert prove.measures(layer) == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9})
+    layer.encoding.alpha = 1.0  # heads spread: no pixel holds half a head's mass
+    assert prove.grid_coverage(layer) == 0 and prove.locality(layer, 3) < 0.9
+
+
+def test_a_uniform_layer_has_the_window_share_of_the_grid():
+    layer = SelfAttention2d(8, heads=9, grid=(16, 16))
+    layer.encoding.alpha = 0.0
+    found = prove.measures(layer)
+    assert found["locality_3x3"] == pytest.approx(9 / 256) and found["locality_5x5"] == pytest.approx(25 / 256)
+    assert found["coverage"] == 0
+    with pytest.raises(ValueError, match="no centers"):
+        prove.grid_coverage(SelfAttention2d(8, heads=4, grid=(6, 6), encoding="learned"))
+
+
+# ---- Tables 1-2 and §4.1: the models' parameters and FLOPs -----------------------------------
 
 @pytest.mark.parametrize("name, params", [
     ("quadratic", 12_086_844), ("gaussian", 12_087_006), ("learned", 12_278_682), ("resnet18", 11_173_962)])
@@ -278,21 +362,15 @@ def test_bad_model_arguments():
         model_lib.build_model("vgg")
     with pytest.raises(ValueError, match="heads lists 2 layers"):
         model_lib.build_model("quadratic", heads=[9, 9])
+    with pytest.raises(ValueError, match="resnet18 takes no dim, layers; it takes num_classes, width"):
+        model_lib.build_model("resnet18", layers=2, dim=8)
+    with pytest.raises(ValueError, match="quadratic takes no width"):
+        model_lib.build_model("quadratic", width=16)
 
 
-# ---- data.py -------------------------------------------------------------------------------
+# ---- §4.1 data: CIFAR-10 loading and batches -------------------------------------------------
 
-import hashlib
-import io
-import os
-import pickle
-import subprocess
-import sys
-import tarfile
-from pathlib import Path
 
-import data as data_lib
-import train as train_lib
 
 SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"
 
@@ -349,6 +427,8 @@ def test_no_network_gives_a_clear_message(tmp_path, monkeypatch):
     monkeypatch.setattr(data_lib.urllib.request, "urlopen", offline)
     with pytest.raises(data_lib.DataError, match=r"could not be downloaded.*Put cifar-10-python.tar.gz"):
         data_lib.load_cifar10(tmp_path / "empty")
+    with pytest.raises(data_lib.DataError, match=r"md5 0123, from http://mirror.example/c.tgz\).*README: Data"):
+        data_lib.load_cifar10(tmp_path / "empty", md5="0123", url="http://mirror.example/c.tgz")
     assert not any((tmp_path / "empty").glob("*"))  # no partial download left behind
 
 
@@ -425,12 +505,12 @@ def test_synthetic_needs_spatial_patterns():
     assert ((xt @ w).argmax(1) == test.labels).float().mean() < 0.2
 
 
-# ---- train.py ------------------------------------------------------------------------------
+# ---- A.4 recipe and runs: schedule, weight decay, exact resume, DDP, bad flags --------------
 
 def small_config(tmp_path, **kw) -> train_lib.Config:
     return train_lib.Config(**dict(dataset="synthetic", encoding="quadratic", layers=1, dim=16, ffn_dim=32,
                                    heads=4, subset=300, batch_size=50, epochs=2, lr=0.05,
-                                   out=str(tmp_path / "run"), device="cpu") | kw)
+                                   out=str(tmp_path / "run"), device="cpu", bf16=False) | kw)
 
 
 def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
@@ -447,14 +527,47 @@ def test_presets_and_flags():
     assert (cfg.epochs, cfg.dim, cfg.encoding, cfg.bf16, cfg.lr) == (3, 64, "learned", False, 0.1)
     paper = train_lib.parse_config([])
     assert (paper.epochs, paper.batch_size, paper.dim, paper.heads, paper.weight_decay, paper.warmup) == (300, 100, 400, 9, 1e-4, 0.05)
+    assert (paper.dropout, paper.attention_dropout, paper.position_lr, paper.bf16) == (0.1, 0.1, 1.0, None)
+    laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
+    assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 10, 2, 1.0, 0.05)
 
 
-def test_positional_parameters_get_no_weight_decay():
-    net = model_lib.build_model("gaussian", layers=1, dim=8, ffn_dim=8, heads=4)
-    opt = train_lib.make_optimizer(net, train_lib.Config())
-    no_decay = {id(p) for p in opt.param_groups[1]["params"]}
-    assert opt.param_groups[1]["weight_decay"] == 0
-    assert no_decay == {id(net.blocks[0].attention.encoding.centers), id(net.blocks[0].attention.encoding.inv_cov_sqrt)}
+def test_bf16_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_lib, "bf16_pays", lambda device: True)
+    train_lib.run(small_config(tmp_path / "a", bf16=None, epochs=1))
+    assert model_lib.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["bf16"] is True
+    assert json.loads((tmp_path / "a" / "run" / "config.json").read_text())["bf16"] is True
+
+
+def test_bf16_resume_is_bit_identical(tmp_path, monkeypatch):
+    train_lib.run(small_config(tmp_path / "a", bf16=True))
+    real_save = train_lib.atomic_save
+
+    def killed_after_first_checkpoint(obj, path):
+        real_save(obj, path)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(train_lib, "atomic_save", killed_after_first_checkpoint)
+    with pytest.raises(SystemExit):
+        train_lib.run(small_config(tmp_path / "b", bf16=True))
+    monkeypatch.setattr(train_lib, "atomic_save", real_save)
+    train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    expected, resumed = final_weights(tmp_path / "a" / "run"), final_weights(tmp_path / "b" / "run")
+    assert all(torch.equal(expected[k], resumed[k]) for k in expected)
+
+
+@pytest.mark.parametrize("encoding, undecayed", [
+    ("quadratic", {"centers", "width"}), ("gaussian", {"centers", "inv_cov_sqrt"}),
+    ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
+def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
+    net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
+    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0))
+    decay = {id(p): (g["weight_decay"], g["lr"]) for g in opt.param_groups for p in g["params"]}
+    for name, p in net.named_parameters():
+        positional = ".encoding." in name
+        expected = 0.0 if positional and name.split(".")[-1] in undecayed else 1e-4
+        assert decay[id(p)] == (expected, 1.0 if positional else 0.1), name
+    assert opt.param_groups[0]["lr"] == 0.1 and len(decay) == len(list(net.parameters()))
 
 
 def final_weights(out):
@@ -476,8 +589,7 @@ def test_end_to_end_attention_run_writes_everything(tmp_path):
     assert config["seed"] == 0 and config["environment"]["torch"] == torch.__version__
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and ckpt["config"]["dim"] == 16
-    rebuilt = model_lib.build_model(ckpt["config"]["encoding"], **train_lib.model_kwargs(train_lib.Config(**ckpt["config"])))
-    rebuilt.load_state_dict(ckpt["model"])
+    model_lib.model_from_checkpoint(ckpt)
 
 
 def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
@@ -508,7 +620,7 @@ def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch):
     assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
 
 
-def test_ctrl_c_mid_epoch_saves_and_resumes_bit_identical(tmp_path, monkeypatch):
+def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(tmp_path, monkeypatch):
     train_lib.run(small_config(tmp_path / "a"))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
@@ -517,11 +629,11 @@ def test_ctrl_c_mid_epoch_saves_and_resumes_bit_identical(tmp_path, monkeypatch)
     def interrupted(self, epoch, start=0):
         for b, batch in enumerate(real_epoch(self, epoch, start), start=start):
             if self.train and epoch == 1 and b == 3:
-                raise KeyboardInterrupt
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while batch 3 is being made
             yield batch
 
     monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(train_lib.Stop):
         train_lib.run(small_config(tmp_path / "b"))
     monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
     saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
@@ -530,6 +642,117 @@ def test_ctrl_c_mid_epoch_saves_and_resumes_bit_identical(tmp_path, monkeypatch)
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
+    assert len(model_lib.load_checkpoint(tmp_path / "b" / "run")[0]["metrics"]) == 2
+
+
+TRAIN_FLAGS = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32", "--heads", "4",
+               "--subset", "3000", "--batch-size", "20", "--epochs", "2", "--device", "cpu", "--no-bf16"]
+
+
+def train_process(*args):
+    return subprocess.Popen([sys.executable, "train.py", *args], cwd=Path(__file__).parent, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def started(process) -> float:
+    """Wait for the run's first line, printed when training begins; the time then."""
+    assert "process(es) ->" in process.stdout.readline()
+    return time.perf_counter()
+
+
+@pytest.mark.slow
+def test_real_signals_at_random_moments_resume_bit_identical(tmp_path):
+    """Subprocesses, dropout on: SIGINT, SIGTERM, SIGINT at random moments, each run resumed."""
+    straight = train_process(*TRAIN_FLAGS, "--out", str(tmp_path / "straight"))
+    begun = started(straight)
+    _, err = straight.communicate(timeout=300)
+    duration = time.perf_counter() - begun  # training and evaluation, without start-up
+    assert straight.returncode == 0, err[-2000:]
+    rng = random.Random(0)
+    args = [*TRAIN_FLAGS, "--out", str(tmp_path / "run")]
+    codes = []
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT, None):
+        process = train_process(*args)
+        if signum:
+            started(process)
+            time.sleep(rng.uniform(0.05, 0.25) * duration)  # forward, backward, step, evaluation or saving
+            process.send_signal(signum)
+        out, err = process.communicate(timeout=300)
+        codes.append(process.returncode)
+        assert process.returncode in (0, 128 + (signum or 0)), err[-2000:]
+        assert "Traceback" not in err, err
+        args = ["--resume", str(tmp_path / "run")]
+    assert codes == [128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT, 0]
+    expected, got = final_weights(tmp_path / "straight"), final_weights(tmp_path / "run")
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["--epochs", "-1"], "--epochs must be at least 1"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--batch-size", "-5"], "--batch-size must be at least 1"),
+    (["--subset", "100000"], "--subset 100000: the training set has"),
+    (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "nonsense"], "--device"),
+    (["--dropout", "1.5"], "--dropout must lie in"),
+    (["--resume", "RUN", "--epochs", "9"], "--epochs, --out cannot change them"),
+])
+def test_a_bad_flag_gets_one_line_and_no_run_folder(tmp_path, flags, message, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parent)
+    flags = [f if f != "RUN" else str(tmp_path / "run") for f in flags]
+    cmd = [sys.executable, "train.py", "--dataset", "synthetic", "--out", str(tmp_path / "bad"), *flags]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_finished_run_resumed_says_so_and_trains_nothing(tmp_path, capsys):
+    train_lib.run(small_config(tmp_path, epochs=1))
+    saved = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    capsys.readouterr()
+    last = train_lib.run(train_lib.Config(resume=str(tmp_path / "run")))
+    assert "finished its 1 epoch (final test accuracy" in capsys.readouterr().out
+    assert last["epoch"] == 1 and (tmp_path / "run" / "checkpoint.pt").read_bytes() == saved
+
+
+def test_ctrl_c_between_an_epochs_log_and_its_checkpoint_counts_that_epoch_once(tmp_path, monkeypatch):
+    real_append = train_lib.append_jsonl
+
+    def interrupted_after_logging(path, record):
+        real_append(path, record)
+        if path.name == "metrics.jsonl" and record["epoch"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(train_lib, "append_jsonl", interrupted_after_logging)
+    with pytest.raises(train_lib.Stop):
+        train_lib.run(small_config(tmp_path))
+    monkeypatch.setattr(train_lib, "append_jsonl", real_append)
+    train_lib.run(train_lib.Config(resume=str(tmp_path / "run")))
+    checkpoint, _ = model_lib.load_checkpoint(tmp_path / "run")
+    assert [m["epoch"] for m in checkpoint["metrics"]] == [1, 2]
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
+
+
+def test_a_git_that_hangs_leaves_the_commit_unknown(monkeypatch):
+    def hanging(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout", 5))
+
+    monkeypatch.setattr(model_lib.subprocess, "run", hanging)
+    assert model_lib.environment(torch.device("cpu"))["commit"] == "unknown"
+
+
+def test_a_file_that_is_no_checkpoint_gets_one_clear_line(tmp_path):
+    fake = tmp_path / "checkpoint.pt"
+    fake.write_text("not a checkpoint\n")
+    result = subprocess.run([sys.executable, "visualize.py", str(fake)], capture_output=True, text=True,
+                            cwd=Path(__file__).parent, timeout=120)
+    assert result.returncode == 1 and result.stderr == f"error: {fake} is not a checkpoint of this project " \
+                                                        "(torch.load cannot read it)\n"
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
@@ -537,24 +760,32 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
         train_lib.run(small_config(tmp_path, lr=1e12, epochs=1))
 
 
-def test_two_process_gloo_run_ends_with_identical_weights(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+@pytest.mark.slow
+def test_three_process_gloo_run_has_identical_weights_and_counts_every_test_image_once(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
            "train.py", "--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32",
-           "--heads", "4", "--subset", "400", "--batch-size", "50", "--epochs", "2", "--device", "cpu",
-           "--out", str(tmp_path / "ddp")]
+           "--heads", "4", "--subset", "600", "--batch-size", "60", "--epochs", "2", "--device", "cpu",
+           "--eval-batch-size", "300", "--out", str(tmp_path / "ddp")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "weights identical across 2 processes: True" in result.stdout
-    assert "1 process" not in result.stdout and "2 process(es)" in result.stdout
-    assert len((tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "weights identical across 3 processes: True" in result.stdout and "3 process(es)" in result.stdout
+    metrics = [json.loads(l) for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    # one process over all 2,000 test images (2,000 = 3 x 666 + 2) gives the same loss and accuracy
+    checkpoint, _ = model_lib.load_checkpoint(tmp_path / "ddp")
+    net = model_lib.model_from_checkpoint(checkpoint).eval()
+    train, test = data_lib.load("synthetic", seed=0)
+    mean, std = data_lib.channel_stats(data_lib.training_subset(train, 600, 0).images)
+    x = (test.images.float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
+    with torch.no_grad():
+        logits = net(x)
+    assert metrics[-1]["test_loss"] == pytest.approx(F.cross_entropy(logits, test.labels).item(), rel=1e-4)
+    assert metrics[-1]["test_acc"] == (logits.argmax(1) == test.labels).sum().item() / len(test.labels)
 
 
-# ---- prune.py --------------------------------------------------------------------------------
+# ---- A.1 pruning of degenerate heads ---------------------------------------------------------
 
-import bench
-import prune as prune_lib
-import visualize as viz
 
 
 @pytest.fixture(scope="module")
@@ -573,10 +804,10 @@ def force_degenerate(model, layer_heads: dict):
 
 
 def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_run):
-    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
-    model = train_lib.model_from_checkpoint(checkpoint).eval()
+    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
+    model = model_lib.model_from_checkpoint(checkpoint).eval()
     force_degenerate(model, {(0, 1): "zero", (1, 0): "stripe", (1, 3): "zero"})
-    pruned = prune_lib.degenerate_heads(model, prune_lib.PruneConfig())
+    pruned = prune_lib.degenerate_heads(model, prune_lib.Config())
     assert pruned == [[1], [0, 3]]
     small, heads = prune_lib.remove_heads(model, checkpoint["config"], pruned)
     assert heads == [3, 2]
@@ -587,50 +818,55 @@ def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_r
             W[:, drop] = 0
     x = torch.randn(4, 3, 32, 32)
     torch.testing.assert_close(small.eval()(x), reference(x), atol=1e-5, rtol=1e-5)
-    dim = 16  # DESIGN section 5: a head takes its dim x dim block of W_out, 2 center and 4 S entries
+    dim = 16  # a head takes its dim x dim block of W_out, 2 center and 4 S entries
     assert model_lib.count_parameters(model) - model_lib.count_parameters(small) == 3 * (dim * dim + 6)
 
 
 def test_quadratic_heads_pruned_by_alpha():
     model = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
     model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 1e-7, 0.5, 2e-6])
-    assert prune_lib.degenerate_heads(model, prune_lib.PruneConfig()) == [[1, 3]]
+    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1, 3]]
 
 
 def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_path, monkeypatch):
-    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
-    model = train_lib.model_from_checkpoint(checkpoint)
+    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
+    model = model_lib.model_from_checkpoint(checkpoint)
     force_degenerate(model, {(0, 2): "zero"})
     checkpoint["model"] = model.state_dict()
     torch.save(checkpoint, tmp_path / "ckpt.pt")
-    out = prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, epochs=1,
+    out = prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, epochs=1,
                                                 out=str(tmp_path / "pruned"), device="cpu"))
-    saved, _ = train_lib.load_checkpoint(out)
+    saved, _ = model_lib.load_checkpoint(out)
     assert saved["config"]["heads"] == [3, 4] and saved["config"]["lr"] == pytest.approx(0.005)
-    small = train_lib.model_from_checkpoint(saved)
+    small = model_lib.model_from_checkpoint(saved)
     assert [layer.heads for layer in small.attention_layers] == [3, 4]
+    assert json.loads((out / "kept_heads.json").read_text()) == {"layers": [[0, 1, 3], [0, 1, 2, 3]]}
+    figures = viz.visualize(viz.Config(run=str(out), out=str(tmp_path / "figs")))
+    assert any(p.name == "fig5_attention_maps.png" for p in figures)
     last = train_lib.run(train_lib.Config(resume=str(out)))  # fine-tuning through train.py
     assert last["epoch"] == saved["config"]["epochs"]
+    with pytest.raises(ValueError, match="holds an earlier pruned run; remove it or choose another --out"):
+        prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, out=str(out)))
 
 
 def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
     with pytest.raises(ValueError, match="not a checkpoint of this project"):
         (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
-        prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "x.pt")))
+        prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "x.pt")))
     learned = small_config(tmp_path, encoding="learned", epochs=1)
     train_lib.run(learned)
     with pytest.raises(ValueError, match="learned model: it has no Gaussian heads"):
-        prune_lib.prune(prune_lib.PruneConfig(checkpoint=learned.out))
-    checkpoint, _ = train_lib.load_checkpoint(gaussian_run)
-    model = train_lib.model_from_checkpoint(checkpoint)
+        prune_lib.prune(prune_lib.Config(checkpoint=learned.out))
+    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
+    model = model_lib.model_from_checkpoint(checkpoint)
     force_degenerate(model, {(1, h): "zero" for h in range(4)})
     checkpoint["model"] = model.state_dict()
     torch.save(checkpoint, tmp_path / "all.pt")
     with pytest.raises(ValueError, match="every head of layer 2 is degenerate"):
-        prune_lib.prune(prune_lib.PruneConfig(checkpoint=str(tmp_path / "all.pt"), finetune=False))
+        prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "all.pt"), finetune=False))
 
 
-# ---- visualize.py and bench.py --------------------------------------------------------------
+# ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------
 
 def test_probability_regions_of_a_known_gaussian_hold_their_mass():
     layer = SelfAttention2d(4, 1, (31, 31), "quadratic")
@@ -656,10 +892,12 @@ def not_blank(path: Path) -> bool:
 def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     written = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "figs"), pdf=True))
     names = {Path(p).name for p in written}
-    assert names == {f"{n}.{ext}" for n in ("fig6_attention_regions", "fig5_attention_maps",
+    assert names == {f"{n}.{ext}" for n in ("fig6_attention_regions", "fig5_attention_maps", "locality",
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
-                     for ext in ("png", "pdf")}
-    assert all(not_blank(p) for p in written if p.suffix == ".png")
+                     for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
+    assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
+        "locality_3x3", "locality_5x5", "coverage"}
+    assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
     assert not_blank(at_init[0])
@@ -675,8 +913,10 @@ def test_fig5_for_a_content_model(tmp_path):
 def test_bench_quick_measures_every_encoding():
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
-    assert names[1:] == list(ENCODINGS) + ["quadratic+content"]
+    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
     assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
-    models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    assert [r["name"] for r in models] == ["quadratic", "gaussian", "learned", "resnet18"]
-    assert all(r["images_per_s"] > 0 for r in models)
+    peaks = {"float32": bench.matmul_peak(torch.device("cpu"), torch.float32, 128), "bfloat16": 1e12}
+    models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1), peaks)
+    assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
+    assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]
+    assert all(r["images_per_s"] > 0 and 0 < r["utilization"] and r["gflop_per_image"] > 0 for r in models)

@@ -1,28 +1,31 @@
 """Train on CIFAR-10 with the paper's recipe (section 4.1, Appendix A.4).
 
-    python train.py --encoding quadratic              # the paper's run: 300 epochs (a GPU)
-    python train.py --preset tiny --encoding learned  # a small model, ~10 minutes on a 2-core CPU
-    python train.py --resume runs/quadratic-paper     # continue exactly where a run stopped
-    torchrun --nproc_per_node=4 train.py ...          # DistributedDataParallel, one process a GPU
+    python train.py --encoding quadratic                # the paper's run: 300 epochs (a GPU)
+    python train.py --preset laptop --encoding quadratic  # heads that settle on pixels, ~20 min on a 2-core CPU
+    python train.py --preset tiny --encoding learned    # a smoke run, a few minutes on a 2-core CPU
+    python train.py --resume runs/quadratic-paper       # continue exactly where a run stopped
+    torchrun --nproc_per_node=4 train.py ...            # DistributedDataParallel, one process a GPU
 
-Recipe: SGD (momentum 0.9, weight decay 1e-4 except on positional parameters), batch 100,
-learning rate 0.1 with a linear warm-up over the first 5% of steps, then cosine decay to 0,
-stepped every batch. The test set is evaluated after every epoch; the final epoch's
-accuracy is the result (the best-on-test accuracy is logged, labelled as model selection
-on the test set). The run directory holds config.json, metrics.jsonl (a line an epoch),
-checkpoint.pt (rewritten atomically after every epoch and on Ctrl-C) and heads.jsonl
-(every layer's head centers per epoch, for Fig. 2).
+Recipe: SGD (momentum 0.9, weight decay 1e-4 except on Gaussian centers and spreads), batch
+100, learning rate 0.1 with a linear warm-up over the first 5% of steps, then cosine decay
+to 0, stepped every batch; dropout 0.1, also on the attention probabilities. The test set
+is evaluated after every epoch; the final epoch's accuracy is the result (the best-on-test
+accuracy is logged, labelled as model selection on the test set). The run directory holds
+config.json, metrics.jsonl (a line an epoch), checkpoint.pt (rewritten atomically after
+every epoch) and heads.jsonl (every layer's head centers per epoch, for Fig. 2).
+
+Ctrl-C or SIGTERM stops at the next batch boundary and saves there: `--resume` then ends
+with the weights of an uninterrupted run, bit for bit. A second Ctrl-C stops at once.
 """
-import argparse
 import contextlib
 import json
 import math
 import os
-import platform
-import subprocess
+import signal
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -30,39 +33,49 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data as data_lib
-from model import MODELS, build_model
+from model import (MODELS, atomic_save, checkpoint_dict, environment, load_checkpoint, model_from_config, option,
+                   parse_flags)
 
 PRESETS = {
-    "paper": {},  # every value of Appendix A.4: the defaults below
-    # ~10 minutes on a 2-core CPU: the paper's recipe, a 2-layer model of width 64 (ResNet18 of
-    # base width 16), 20,000 training images, 5 epochs
-    "tiny": dict(layers=2, dim=64, ffn_dim=128, width=16, subset=20000, epochs=5),
+    "paper": {},  # Appendix A.4 and the authors' code: the defaults below
+    # Both CPU presets differ from A.4 in: 2 layers of width 64 (FFN 128; ResNet18 of base
+    # width 16) instead of 6 of 400, a few epochs instead of 300, and no attention dropout
+    # (the separable fast path needs it off).
+    # tiny: a smoke run, ~10 minutes: 20,000 training images, 5 epochs.
+    "tiny": dict(layers=2, dim=64, ffn_dim=128, width=16, subset=20000, epochs=5, attention_dropout=0.0),
+    # laptop: heads that settle on pixels, ~20 minutes (quadratic, bf16): all 50,000 training
+    # images, 10 epochs (5,000 steps instead of 150,000); lr 0.05, since at A.4's 0.1 this
+    # small model's training loss climbed in epoch 3 (with and without the next change); and the positional
+    # parameters learn 10x faster (peak 0.5: their gradients are tiny next to the value
+    # weights'). --position-lr 1 gives the same run without that change.
+    "laptop": dict(layers=2, dim=64, ffn_dim=128, width=16, epochs=10, lr=0.05, position_lr=10.0,
+                   attention_dropout=0.0),
 }
-
-
-def option(default, help: str):
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class Config:
-    encoding: str = option("quadratic", "a SelfAttentionNet encoding, or resnet18")
+    encoding: str = option("quadratic", "a SelfAttentionNet encoding, or resnet18", choices=MODELS)
     content: bool = option(False, "add the content term of eq. 8 to the attention logits")
-    preset: str = option("paper", "defaults for every flag not given: paper (A.4) or tiny (CPU)")
-    dataset: str = option("cifar10", "cifar10 or synthetic")
+    preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
+                                  "or laptop (heads that settle on pixels, CPU)", choices=["paper", "tiny", "laptop"])
+    dataset: str = option("cifar10", "CIFAR-10, or tiled motifs made in memory", choices=["cifar10", "synthetic"])
     data_dir: str = option("data", "folder with (or to receive) CIFAR-10")
     subset: int = option(0, "train on this many training images (0: all)")
     epochs: int = option(300, "training epochs")
     batch_size: int = option(100, "images a step, across all processes")
     lr: float = option(0.1, "peak learning rate of SGD")
     momentum: float = option(0.9, "SGD momentum")
-    weight_decay: float = option(1e-4, "SGD weight decay, none on positional parameters")
+    weight_decay: float = option(1e-4, "SGD weight decay (none on Gaussian centers and spreads)")
+    position_lr: float = option(1.0, "learning-rate multiplier of the positional parameters (A.4: 1)")
     warmup: float = option(0.05, "fraction of steps of linear warm-up")
     layers: int = option(6, "attention blocks")
-    heads: object = option(9, "one number, or one per layer (pruned models)")
+    heads: object = option(9, "one number, or one per layer (pruned models)", type=int)
     dim: int = option(400, "hidden dimension (every head's D_h too)")
     ffn_dim: int = option(512, "feed-forward inner dimension")
     dropout: float = option(0.1, "dropout probability")
+    attention_dropout: float = option(0.1, "dropout on the attention probabilities, one mask a step for "
+                                           "the whole batch (the authors' code); 0 allows the separable fast path")
     width: int = option(64, "ResNet18 base width")
     eval_batch_size: int = option(500, "images a test batch")
     out: str = option("", "run directory (default runs/ENCODING-PRESET)")
@@ -70,74 +83,94 @@ class Config:
     seed: int = option(0, "the one seed of the run")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
     compile: bool = option(False, "torch.compile the model")
-    bf16: bool = option(True, "bf16 autocast on CUDA")
-
-
-CHOICES = dict(encoding=MODELS, preset=list(PRESETS), dataset=["cifar10", "synthetic"])
+    bf16: bool | None = option(None, "bf16 autocast (default: where the hardware computes bf16 faster "
+                                     "than fp32, measured once at the start)")
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (a non-finite loss); the message says what is kept."""
 
 
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def parse_config(argv=None) -> Config:
-    """Flags override the preset, the preset overrides the defaults."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
-    for f in fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (default {f.default!r})"
-        if f.type is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=text)
-        elif f.name in CHOICES:
-            parser.add_argument(flag, choices=CHOICES[f.name], help=text)
-        else:
-            parser.add_argument(flag, type=int if f.name == "heads" else f.type, help=text)
-    args = vars(parser.parse_args(argv))
-    return Config(**(PRESETS[args.get("preset", "paper")] | args))
+    """Flags override the preset, the preset overrides the defaults. With --resume a run keeps
+    its own settings: only --device may be given too."""
+    given = parse_flags(Config, __doc__, argv)
+    if "resume" in given and given.keys() - {"resume", "device"}:
+        changed = ", ".join(flag(k) for k in sorted(given.keys() - {"resume", "device"}))
+        raise ValueError(f"--resume continues a run with its own settings; {changed} cannot change them "
+                         "(to train longer, start a new run: the schedule is fixed by --epochs)")
+    return Config(**(PRESETS[given.get("preset", "paper")] | given))
 
 
-def model_kwargs(cfg: Config) -> dict:
-    if cfg.encoding == "resnet18":
-        return dict(width=cfg.width)
-    return dict(layers=cfg.layers, heads=cfg.heads, dim=cfg.dim, ffn_dim=cfg.ffn_dim,
-                dropout=cfg.dropout, content=cfg.content)
+def check_config(cfg: Config):
+    """A ValueError naming the flag for any value that cannot work."""
+    for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
+    heads = [cfg.heads] if isinstance(cfg.heads, int) else cfg.heads
+    if any(h < 1 for h in heads):
+        raise ValueError(f"--heads must be at least 1, got {cfg.heads}")
+    if cfg.subset < 0:
+        raise ValueError(f"--subset must be 0 (all images) or a number of images, got {cfg.subset}")
+    for name, low, high in (("lr", 0, math.inf), ("position_lr", 0, math.inf), ("momentum", 0, 1),
+                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("dropout", 0, 1),
+                            ("attention_dropout", 0, 1)):
+        if not low <= getattr(cfg, name) <= high or (name.endswith("dropout") and getattr(cfg, name) == 1):
+            raise ValueError(f"{flag(name)} must lie in [{low}, {high}{')' if name.endswith('dropout') else ']'}, "
+                             f"got {getattr(cfg, name)}")
 
 
 def pick_device(name: str) -> torch.device:
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
-
-
-def environment(device) -> dict:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
-    except OSError:
-        commit = ""
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return dict(commit=commit or "unknown", torch=torch.__version__, device=str(device), hardware=hardware,
-                cpu_threads=torch.get_num_threads())
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device name (auto, cpu, cuda, cuda:1, mps)") from None
+    available = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available()).get(device.type, True)
+    if not available:
+        raise ValueError(f"--device {name}: this machine has no {device.type.upper()} device; use --device cpu or auto")
+    return device
 
 
 def make_optimizer(model, cfg: Config) -> torch.optim.SGD:
-    """Positional parameters (centers, widths, Sigma^-1/2, tables) are not weight-decayed."""
-    positional = [p for n, p in model.named_parameters() if ".encoding." in n]
-    others = [p for n, p in model.named_parameters() if ".encoding." not in n]
-    groups = [dict(params=others, weight_decay=cfg.weight_decay), dict(params=positional, weight_decay=0.0)]
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    """SGD of A.4. A Gaussian head's center and spread (quadratic, gaussian) are not
+    weight-decayed; learned tables and head keys are. Every positional parameter (all of an
+    encoding's) takes `position_lr` times the learning rate. The first group holds the rest."""
+    undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
+    groups = {}  # (positional, decayed) -> parameters
+    for name, p in model.named_parameters():
+        groups.setdefault((".encoding." in name, id(p) not in undecayed), []).append(p)
+    return torch.optim.SGD([dict(params=params, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
+                                 weight_decay=cfg.weight_decay if decayed else 0.0)
+                            for (positional, decayed), params in sorted(groups.items())], lr=cfg.lr, momentum=cfg.momentum)
+
+
+def bf16_pays(device: torch.device) -> bool:
+    """Whether bf16 autocast speeds this device up: a CUDA GPU that supports bf16, or a CPU whose
+    bf16 matrix product (AVX512-BF16, AMX) measures at least 1.5x its fp32 one."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+
+    def seconds(dtype):
+        a = torch.randn(512, 512).to(dtype)
+        a @ a  # warm-up
+        start = time.perf_counter()
+        for _ in range(8):
+            a @ a
+        return time.perf_counter() - start
+
+    return seconds(torch.float32) > 1.5 * seconds(torch.bfloat16)
 
 
 def warmup_cosine(total_steps: int, warmup: float):
@@ -161,46 +194,6 @@ def head_snapshot(model) -> list:
             extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
             layers.append({k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()})
     return layers
-
-
-def checkpoint_dict(model, optimizer, scheduler, cfg: Config, epoch: int, step: int = 0,
-                    partial=(0.0, 0.0, 0.0, 0.0), metrics=()) -> dict:
-    """Everything a run needs to continue exactly (DESIGN section 10); `partial` holds the
-    running loss sum, correct count, images seen and seconds of an unfinished epoch. Without
-    an optimizer it is a starting point: `--resume` trains the model from it from epoch 0."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return dict(model=model.state_dict(), optimizer=optimizer and optimizer.state_dict(),
-                scheduler=scheduler and scheduler.state_dict(), config=asdict(cfg), epoch=epoch, step=step,
-                partial=list(partial), metrics=list(metrics), rng=dict(torch=torch.get_rng_state(), cuda=cuda))
-
-
-def load_checkpoint(path) -> tuple:
-    """(checkpoint dict, its path) from a checkpoint file or a run directory holding one."""
-    path = Path(path)
-    path = path / "checkpoint.pt" if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"{path} is not a checkpoint of this project ({type(e).__name__}: {e})") from None
-    if not isinstance(checkpoint, dict) or not {"model", "config", "epoch"} <= checkpoint.keys():
-        raise ValueError(f"{path} is not a checkpoint of this project (no model, config and epoch entries)")
-    return checkpoint, path
-
-
-def model_from_checkpoint(checkpoint: dict):
-    """The model a checkpoint describes, with its weights (pruned models included)."""
-    cfg = Config(**checkpoint["config"])
-    model = build_model(cfg.encoding, **model_kwargs(cfg))
-    model.load_state_dict(checkpoint["model"])
-    return model
-
-
-def atomic_save(obj, path: Path):
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def append_jsonl(path: Path, record: dict):
@@ -238,17 +231,232 @@ class Progress:
             print("\r" + " " * 79 + "\r", end="", file=sys.stderr, flush=True)
 
 
-def evaluate(model, batches, autocast, world: int) -> tuple:
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=batches.device)  # loss sum, correct, count
-    with torch.no_grad(), autocast():
-        for x, y in batches.epoch(0):
-            logits = model(x).float()
-            totals += torch.stack([F.cross_entropy(logits, y, reduction="sum"),
-                                   (logits.argmax(1) == y).sum(), torch.tensor(len(y), device=y.device)]).double()
-    if world > 1:
-        dist.all_reduce(totals)
-    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
+class Stop(KeyboardInterrupt):
+    """The run stopped at a batch boundary after SIGINT or SIGTERM, its state saved there."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster scheduler's notice) only set a flag, which the
+    training loop reads between batches: the run saves there and stops, with the weights,
+    optimizer and RNG of a batch boundary, wherever the signal landed (forward, backward,
+    evaluation, checkpoint writing). A second Ctrl-C stops at once; the last checkpoint stays."""
+
+    def __init__(self, device, world: int, verbose: bool):
+        self.device, self.world, self.verbose, self.received, self.previous = device, world, verbose, 0, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def handle(self, signum, frame):
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = self.received or signum
+        if self.verbose:
+            print(f"\n{signal.Signals(signum).name}: stopping after this batch and saving "
+                  "(Ctrl-C again: stop now, keeping the last checkpoint)", file=sys.stderr, flush=True)
+
+    def requested(self) -> int:
+        """The signal to stop for (0: none), agreed by every process."""
+        if self.world == 1:
+            return self.received
+        flag = torch.tensor(self.received, device=self.device)
+        dist.all_reduce(flag, dist.ReduceOp.MAX)
+        return int(flag.item())
+
+
+class Trainer:
+    """One run of the A.4 recipe: data, model, SGD and schedule, restored from a checkpoint."""
+
+    def __init__(self, cfg: Config, device, rank: int, world: int, model=None, checkpoint=None):
+        self.cfg, self.device, self.world, self.writer = cfg, device, world, rank == 0
+        self.out = Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
+        train, test = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        train = data_lib.training_subset(train, cfg.subset, cfg.seed)
+        self.sizes = len(train.labels), len(test.labels)
+        mean, std = data_lib.channel_stats(train.images)
+        per_rank = cfg.batch_size // world
+        self.train_batches = data_lib.Batches(train, per_rank, mean, std, True, cfg.seed, device, (rank, world))
+        self.test_batches = data_lib.Batches(test, cfg.eval_batch_size, mean, std, False, cfg.seed, device, (rank, world))
+        if not len(self.train_batches):
+            raise ValueError(f"--batch-size {cfg.batch_size}: larger than the {len(train.labels)} training images")
+
+        torch.manual_seed(cfg.seed)  # the one seed: model init and dropout; data randomness is keyed by it
+        self.model = (model or model_from_config(asdict(cfg))).to(device)
+        self.optimizer = make_optimizer(self.model, cfg)
+        total_steps = cfg.epochs * len(self.train_batches)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, cfg.warmup))
+        self.epoch, self.step, self.history = 0, 0, []
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch: loss sum, correct, seen
+        self.seconds = 0.0  # this epoch's training seconds so far
+        if checkpoint:
+            self.restore(checkpoint)
+        net = torch.nn.parallel.DistributedDataParallel(self.model) if world > 1 else self.model
+        self.net = torch.compile(net) if cfg.compile else net
+        self.autocast = (lambda: torch.autocast(device.type, torch.bfloat16)) if cfg.bf16 else contextlib.nullcontext
+
+    def restore(self, checkpoint: dict):
+        self.model.load_state_dict(checkpoint["model"])
+        if not checkpoint["optimizer"]:  # a starting point (a pruned model): train it from epoch 0
+            return
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if self.device.type == "cuda" and checkpoint["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+        self.epoch, self.step, self.history = checkpoint["epoch"], checkpoint["step"], checkpoint["metrics"]
+        self.sums = torch.tensor(checkpoint["partial"][:3], dtype=torch.float64, device=self.device)
+        self.seconds = checkpoint["partial"][3]
+
+    def save(self):
+        if self.writer:
+            partial = self.sums.tolist() + [self.seconds]
+            atomic_save(checkpoint_dict(self.model, self.optimizer, self.scheduler, self.cfg, self.epoch,
+                                        self.step, partial, self.history), self.out / "checkpoint.pt")
+
+    def start_logs(self):
+        """config.json, and the logs trimmed to the checkpoint's epoch (a resumed run rewrites the rest)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        record = asdict(self.cfg) | {"environment": environment(self.device)}
+        (self.out / "config.json").write_text(json.dumps(record, indent=1))
+        keep_epochs(self.out / "metrics.jsonl", self.epoch)
+        keep_epochs(self.out / "heads.jsonl", self.epoch)
+        if self.epoch == 0 and self.step == 0 and head_snapshot(self.model):
+            append_jsonl(self.out / "heads.jsonl", {"epoch": 0, "layers": head_snapshot(self.model)})
+        print(f"{self.cfg.encoding} on {self.cfg.dataset} ({self.sizes[0]} train / {self.sizes[1]} test images), "
+              f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
+              f"{', bf16' if self.cfg.bf16 else ''}, {self.world} process(es) -> {self.out}", flush=True)
+
+    def train_epoch(self, stop: StopSignal):
+        """The remaining batches of self.epoch (A.4: SGD, the schedule stepped every batch)."""
+        self.net.train()
+        bar = Progress(len(self.train_batches), self.writer)
+        started = time.time() - self.seconds
+        for x, y in self.train_batches.epoch(self.epoch, self.step):
+            signum = stop.requested()
+            if signum:  # a batch boundary: what is saved here resumes exactly
+                self.seconds = time.time() - started
+                raise Stop(signum)
+            with self.autocast():
+                logits = self.net(x).float()
+            loss = F.cross_entropy(logits, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+            self.sums += torch.stack([loss.detach() * len(y), (logits.argmax(1) == y).sum(),
+                                      torch.tensor(len(y), device=self.device)]).double()
+            if self.step % 50 == 0 and not torch.isfinite(self.sums[0]):
+                break
+            bar.update(self.step, lambda: f"loss {self.sums[0].item() / self.sums[2].item():.3f}")
+        bar.close()
+        self.seconds = time.time() - started
+
+    def evaluate(self) -> tuple:
+        """(loss, accuracy) on the test set; with DDP each process takes its share of the images."""
+        model = self.model.eval()
+        if self.world > 1:  # the replicas' buffers (BatchNorm statistics) as rank 0 holds them
+            for buffer in model.buffers():
+                dist.broadcast(buffer, 0)
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
+        with torch.no_grad(), self.autocast():
+            for x, y in self.test_batches.epoch(0):
+                logits = model(x).float()
+                totals += torch.stack([F.cross_entropy(logits, y, reduction="sum"), (logits.argmax(1) == y).sum(),
+                                       torch.tensor(len(y), device=y.device)]).double()
+        if self.world > 1:
+            dist.all_reduce(totals)
+        return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
+
+    def end_epoch(self, started: float) -> dict:
+        """Evaluate, log and checkpoint a trained epoch; its record (seconds count evaluation)."""
+        sums = self.sums.clone()
+        if self.world > 1:
+            dist.all_reduce(sums)
+        if not torch.isfinite(sums[0]):
+            raise TrainingError(f"the training loss became {sums[0].item()} in epoch {self.epoch + 1}; "
+                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
+        test_loss, test_acc = self.evaluate()
+        before = self.history[-1]["seconds"] if self.history else 0.0
+        record = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
+                      train_acc=sums[1].item() / sums[2].item(), test_loss=test_loss, test_acc=test_acc,
+                      lr=self.optimizer.param_groups[0]["lr"], images_per_s=sums[2].item() / max(self.seconds, 1e-9),
+                      seconds=before + time.time() - started)
+        record["best_test_acc"] = max([test_acc] + [m["test_acc"] for m in self.history])
+        self.history.append(record)
+        if self.writer:  # logs first: a resumed run drops lines past its checkpoint's epoch
+            append_jsonl(self.out / "metrics.jsonl", record)
+            if head_snapshot(self.model):
+                append_jsonl(self.out / "heads.jsonl", {"epoch": self.epoch + 1, "layers": head_snapshot(self.model)})
+        self.epoch, self.step, self.seconds = self.epoch + 1, 0, 0.0
+        self.sums.zero_()
+        self.save()
+        return record
+
+    def print_epoch(self, r: dict):
+        if self.writer:
+            eta = (self.cfg.epochs - r["epoch"]) * r["seconds"] / r["epoch"]
+            print(f"epoch {r['epoch']:>3}/{self.cfg.epochs}  train loss {r['train_loss']:.3f} acc {r['train_acc']:.3f}  "
+                  f"test loss {r['test_loss']:.3f} acc {r['test_acc']:.3f}  lr {r['lr']:.4f}  "
+                  f"{r['images_per_s']:.0f} img/s  {r['seconds']:.0f}s  ETA {eta / 60:.1f} min", flush=True)
+
+    def check_replicas(self):
+        """DDP keeps the replicas equal; check it, bit for bit."""
+        flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
+        reference = flat.clone()
+        dist.broadcast(reference, 0)
+        differ = (flat != reference).any().float()
+        dist.all_reduce(differ)
+        if self.writer:
+            print(f"weights identical across {self.world} processes: {differ.item() == 0}")
+
+    def fit(self) -> dict:
+        """Every remaining epoch; Ctrl-C or SIGTERM saves at a batch boundary and raises Stop."""
+        with StopSignal(self.device, self.world, self.writer) as stop:
+            try:
+                while self.epoch < self.cfg.epochs:
+                    started = time.time() - self.seconds
+                    self.train_epoch(stop)
+                    self.print_epoch(self.end_epoch(started))
+            except Stop:
+                self.save()
+                if self.writer:
+                    print(f"stopped in epoch {self.epoch + 1} after {self.step} batches; saved. Continue with: "
+                          f"python train.py --resume {self.out}", file=sys.stderr)
+                raise
+            except KeyboardInterrupt:
+                if self.writer:
+                    print(f"stopped without saving; {self.out / 'checkpoint.pt'} holds the last save", file=sys.stderr)
+                raise
+        if self.world > 1:
+            self.check_replicas()
+        return self.history[-1]
+
+
+def settle(cfg: Config, device, world: int) -> tuple:
+    """The run's final config (a resumed run's own, bf16 decided) and checkpoint, or None."""
+    if cfg.resume:
+        checkpoint, path = load_checkpoint(cfg.resume)
+        return Config(**(checkpoint["config"] | dict(resume=cfg.resume, device=cfg.device, out=str(path.parent)))), checkpoint
+    check_config(cfg)
+    if cfg.batch_size % world:
+        raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
+    if cfg.bf16 is None:  # decided once, stored in the checkpoint: a resumed run computes alike
+        pays = torch.tensor(float(bf16_pays(device)), device=device)
+        if world > 1:
+            dist.all_reduce(pays, dist.ReduceOp.MIN)  # every process decides alike
+        cfg = replace(cfg, bf16=bool(pays.item()))
+    return cfg, None
 
 
 def run(cfg: Config, model=None) -> dict:
@@ -257,143 +465,33 @@ def run(cfg: Config, model=None) -> dict:
     device = pick_device(cfg.device)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if cfg.batch_size % world:
-        raise ValueError(f"batch size {cfg.batch_size} does not split over {world} processes")
-    checkpoint = None
-    if cfg.resume:
-        checkpoint, path = load_checkpoint(cfg.resume)
-        cfg = Config(**(checkpoint["config"] | dict(resume=cfg.resume, device=cfg.device, out=str(path.parent))))
-    out = Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
-    torch.manual_seed(cfg.seed)  # the one seed: model init and dropout; data randomness is keyed by it
-
-    train, test = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
-    if cfg.subset:
-        keep = torch.randperm(len(train.labels), generator=data_lib.generator("cpu", cfg.seed, -1))[:cfg.subset]
-        train = data_lib.Split(train.images[keep], train.labels[keep])
-    mean, std = data_lib.channel_stats(train.images)
-    per_rank = cfg.batch_size // world
-    train_batches = data_lib.Batches(train, per_rank, mean, std, True, cfg.seed, device, (rank, world))
-    test_batches = data_lib.Batches(test, cfg.eval_batch_size, mean, std, False, cfg.seed, device, (rank, world))
-
-    model = (model or build_model(cfg.encoding, **model_kwargs(cfg))).to(device)
-    optimizer = make_optimizer(model, cfg)
-    total_steps = cfg.epochs * len(train_batches)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, cfg.warmup))
-    start_epoch, start_step, partial, history = 0, 0, [0.0, 0.0, 0.0, 0.0], []
-    if checkpoint:
-        model.load_state_dict(checkpoint["model"])
-    if checkpoint and checkpoint["optimizer"]:
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        if device.type == "cuda" and checkpoint["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
-        start_epoch, start_step, partial = checkpoint["epoch"], checkpoint["step"], checkpoint["partial"]
-        history = checkpoint["metrics"]
-
-    writer = rank == 0
-    if writer:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(asdict(cfg) | {"environment": environment(device)}, indent=1))
-        keep_epochs(out / "metrics.jsonl", start_epoch)
-        keep_epochs(out / "heads.jsonl", start_epoch)
-        if start_epoch == 0 and start_step == 0 and head_snapshot(model):
-            append_jsonl(out / "heads.jsonl", {"epoch": 0, "layers": head_snapshot(model)})
-        print(f"{cfg.encoding} on {cfg.dataset} ({len(train.labels)} train / {len(test.labels)} test images), "
-              f"{sum(p.numel() for p in model.parameters()):,} parameters, {device}, {world} process(es) -> {out}")
-
-    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    net = torch.compile(net) if cfg.compile else net
-    bf16 = cfg.bf16 and device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", torch.bfloat16)) if bf16 else contextlib.nullcontext
-
-    def save(epoch, step, partial):
-        if writer:
-            atomic_save(checkpoint_dict(model, optimizer, scheduler, cfg, epoch, step, partial, history),
-                        out / "checkpoint.pt")
-
-    epoch, step = start_epoch, start_step
-    sums = torch.tensor(partial[:3], dtype=torch.float64, device=device)  # loss sum, correct, seen
-    seconds, started = partial[3], time.time()
     try:
-        for epoch in range(start_epoch, cfg.epochs):
-            net.train()
-            if epoch > start_epoch:
-                sums.zero_()
-                seconds, started, step = 0.0, time.time(), 0
-            seen_before = sums[2].item()
-            bar = Progress(len(train_batches), writer)
-            for x, y in train_batches.epoch(epoch, step):
-                with autocast():
-                    logits = net(x).float()
-                loss = F.cross_entropy(logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                sums += torch.stack([loss.detach() * len(y), (logits.argmax(1) == y).sum(),
-                                     torch.tensor(len(y), device=device)]).double()
-                if step % 50 == 0 and not torch.isfinite(sums[0]):
-                    break
-                bar.update(step, lambda: f"loss {sums[0].item() / sums[2].item():.3f}")
-            bar.close()
-            elapsed = time.time() - started
-            images = (sums[2].item() - seen_before) * world
-            if world > 1:
-                dist.all_reduce(sums)
-            if not torch.isfinite(sums[0]):
-                raise TrainingError(f"the training loss became {sums[0].item()} in epoch {epoch + 1}; "
-                                    f"the last good checkpoint (epoch {epoch}) is kept in {out}")
-            seconds += elapsed
-            test_loss, test_acc = evaluate(net, test_batches, autocast, world)
-            record = dict(epoch=epoch + 1, train_loss=sums[0].item() / sums[2].item(),
-                          train_acc=sums[1].item() / sums[2].item(), test_loss=test_loss, test_acc=test_acc,
-                          lr=optimizer.param_groups[0]["lr"], images_per_s=images / max(elapsed, 1e-9),
-                          seconds=seconds)
-            record["best_test_acc"] = max([test_acc] + [m["test_acc"] for m in history])
-            history.append(record)
-            if writer:  # logs first: a resumed run drops lines past its checkpoint's epoch
-                append_jsonl(out / "metrics.jsonl", record)
-                if head_snapshot(model):
-                    append_jsonl(out / "heads.jsonl", {"epoch": epoch + 1, "layers": head_snapshot(model)})
-            save(epoch + 1, 0, [0.0, 0.0, 0.0, 0.0])
-            if writer:
-                eta = (cfg.epochs - epoch - 1) * sum(m["seconds"] for m in history) / len(history)
-                print(f"epoch {epoch + 1:>3}/{cfg.epochs}  train loss {record['train_loss']:.3f} acc {record['train_acc']:.3f}  "
-                      f"test loss {test_loss:.3f} acc {test_acc:.3f}  lr {record['lr']:.4f}  "
-                      f"{record['images_per_s']:.0f} img/s  {seconds:.0f}s  ETA {eta / 60:.1f} min", flush=True)
-    except KeyboardInterrupt:
-        save(epoch, step, sums.tolist() + [seconds + time.time() - started])
-        if writer:
-            print(f"\ninterrupted in epoch {epoch + 1} after {step} batches; saved. Continue with: "
-                  f"python train.py --resume {out}", file=sys.stderr)
-        raise
-    else:
-        if world > 1:  # DDP keeps replicas equal; check it, bit for bit
-            flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-            reference = flat.clone()
-            dist.broadcast(reference, 0)
-            differ = (flat != reference).any().float()
-            dist.all_reduce(differ)
-            if writer:
-                print(f"weights identical across {world} processes: {differ.item() == 0}")
+        cfg, checkpoint = settle(cfg, device, world)
+        trainer = Trainer(cfg, device, rank, world, model, checkpoint)
+        if trainer.epoch >= cfg.epochs:
+            last = trainer.history[-1]
+            print(f"{trainer.out} finished its {cfg.epochs} epoch{'s' * (cfg.epochs > 1)} (final test accuracy {last['test_acc']:.4f}); "
+                  "nothing to do. To train longer, start a new run: the schedule is fixed by --epochs.")
+            return last
+        if trainer.writer:
+            trainer.start_logs()
+        last = trainer.fit()
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
-    if writer and history:
-        last = history[-1]
+    if trainer.writer:
         print(f"final test accuracy (epoch {last['epoch']}): {last['test_acc']:.4f}; best on test, "
               f"i.e. model selection on the test set: {last['best_test_acc']:.4f}")
-    return history[-1] if history else {}
+    return last
 
 
 def main():
-    cfg = parse_config()
     try:
-        run(cfg)
+        run(parse_config())
     except (data_lib.DataError, TrainingError, FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
+    except Stop as e:
+        sys.exit(128 + e.signum)
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -13,34 +13,35 @@ Writes, for the model in the checkpoint:
 - fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs.
 For content models (eq. 8) the probabilities depend on the image: a test image is used.
 """
-import argparse
+import copy
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.animation
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 import data as data_lib
-import train as train_lib
+import prove
 from attention import RowColumn
-from model import build_model
+from model import kept_heads, load_checkpoint, model_from_checkpoint, option, parse_flags
 
 
 @dataclass
 class Config:
-    run: str = ""  # run directory or checkpoint
-    out: str = ""  # default RUN/figures
-    layer: int = 0  # the layer of Fig. 2 (1-based; 0: layer 4 as in the paper, or the last)
-    compare: list = field(default_factory=list)  # more run directories for Figs. 4/7
-    pdf: bool = False
-    image_index: int = 0  # test image for content models
-    at_init: bool = False  # the run's model as train.py initialized it (same seed), not trained
+    run: str = option("", "run directory or checkpoint")
+    out: str = option("", "folder for the figures (default RUN/figures, RUN/figures-init with --at-init)")
+    layer: int = option(0, "the layer of Fig. 2, 1-based (default: 4 as in the paper, or the last)")
+    compare: list = option([], "more run directories for Figs. 4/7 and the locality plot", nargs="*")
+    pdf: bool = option(False, "also write PDF files")
+    image_index: int = option(0, "the test image for content models")
+    at_init: bool = option(False, "the run's model as train.py initialized it (same seed), not trained")
 
 
 def mass_levels(p: torch.Tensor, masses=(0.5, 0.9)) -> list:
@@ -90,26 +91,35 @@ def head_colors(n: int):
     return plt.cm.tab10(np.arange(n)) if n <= 10 else plt.cm.tab20(np.arange(n) % 20)
 
 
-def draw_regions(ax, layer, maps, title):
+def draw_regions(ax, layer, maps, title, head_ids=None):
+    """Each head's 50% (solid) and 90% (dotted) region, in the colour of its number."""
     H, W = layer.grid
-    colors = head_colors(maps.shape[0])
-    rows = torch.arange(H) - H // 2
-    cols = torch.arange(W) - W // 2
-    for h in range(maps.shape[0]):
+    head_ids = range(maps.shape[0]) if head_ids is None else head_ids
+    colors = head_colors(max(head_ids) + 1)
+    rows, cols = np.arange(H) - H // 2, np.arange(W) - W // 2
+    uniform = []
+    for h, head in enumerate(head_ids):
         t50, t90 = mass_levels(maps[h])
         fine = fine_density(layer, h)
-        r, c, density = fine if fine else (rows, cols, maps[h])
+        r, c, density = (x.numpy() for x in fine) if fine else (rows, cols, maps[h].numpy())
+        ax.plot([], [], "-", color=colors[head], label=f"head {head + 1}")
+        if density.max() < 1.01 * density.min():  # a uniform head has no region to draw
+            uniform.append(str(head + 1))
+            continue
         for level, style in ((t90, ":"), (t50, "-")):
             if density.max() > level > density.min():
-                ax.contour(c, r, density, levels=[level], colors=[colors[h]], linestyles=style, linewidths=1.2)
+                ax.contour(c, r, density, levels=[level], colors=[colors[head]], linestyles=style, linewidths=1.2)
             else:  # the region is one key: mark it
-                peak = (density == density.max()).nonzero()[0]
-                ax.plot(c[peak[1]], r[peak[0]], "o", color=colors[h], ms=4)
+                peak = np.argwhere(density == density.max())[0]
+                ax.plot(c[peak[1]], r[peak[0]], "o", color=colors[head], ms=4)
+    if uniform:
+        ax.text(0.02, 0.02, f"uniform: head {', '.join(uniform)}", transform=ax.transAxes, fontsize=6)
     ax.add_patch(plt.Rectangle((-0.5, -0.5), 1, 1, color="black"))
     ax.set_xticks(cols[::2]), ax.set_yticks(rows[::2])
-    ax.set_xticks(cols.float() - 0.5, minor=True), ax.set_yticks(rows.float() - 0.5, minor=True)
+    ax.set_xticks(cols - 0.5, minor=True), ax.set_yticks(rows - 0.5, minor=True)
     ax.grid(which="minor", color="0.9", lw=0.5)
     ax.set_xlim(cols[0] - 0.5, cols[-1] + 0.5), ax.set_ylim(rows[-1] + 0.5, rows[0] - 0.5)
+    ax.set_xlabel("column shift", fontsize=7), ax.set_ylabel("row shift", fontsize=7)
     ax.set_aspect("equal")
     ax.tick_params(labelsize=6)
     ax.set_title(title, fontsize=8)
@@ -124,51 +134,86 @@ def save(fig, out: Path, name: str, pdf: bool) -> list:
     return paths
 
 
-def region_figure(model, inputs, out, pdf, name):
+def region_figure(model, inputs, ids, out, pdf, name):
     layers = model.attention_layers
-    fig, axes = plt.subplots(1, len(layers), figsize=(2.6 * len(layers), 2.9), squeeze=False)
+    fig, axes = plt.subplots(1, len(layers), figsize=(2.6 * len(layers), 3.1), squeeze=False)
     for i, (layer, ax) in enumerate(zip(layers, axes[0])):
-        draw_regions(ax, layer, central_maps(layer, inputs[i] if layer.content else None), f"layer {i + 1}")
+        draw_regions(ax, layer, central_maps(layer, inputs[i] if layer.content else None), f"layer {i + 1}", ids[i])
+        ax.set_ylabel("row shift" if i == 0 else "", fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.suptitle("Attention of each head around the central query (solid 50%, dotted 90% of its probability)", fontsize=9)
     return save(fig, out, name, pdf)
 
 
-def maps_figure(model, inputs, out, pdf):
+def maps_figure(model, inputs, ids, out, pdf):
     layers = model.attention_layers
-    heads = max(layer.heads for layer in layers)
-    fig, axes = plt.subplots(len(layers), heads, figsize=(1.1 * heads, 1.15 * len(layers)), squeeze=False)
+    heads = max(max(i) for i in ids) + 1
+    fig, axes = plt.subplots(len(layers), heads, figsize=(1.1 * heads + 0.6, 1.15 * len(layers)), squeeze=False)
     for i, layer in enumerate(layers):
-        maps = central_maps(layer, inputs[i] if layer.content else None)
+        maps = central_maps(layer, inputs[i] if layer.content else None).numpy()
         H, W = layer.grid
-        for h, ax in enumerate(axes[i]):
-            ax.set_xticks([]), ax.set_yticks([])
-            if h < len(maps):
-                ax.imshow(maps[h], cmap="viridis")
-                ax.add_patch(plt.Rectangle((W // 2 - 0.5, H // 2 - 0.5), 1, 1, fill=False, ec="black", lw=1))
-            else:
-                ax.axis("off")
-        axes[i, 0].set_ylabel(f"layer {i + 1}", fontsize=7)
+        for ax in axes[i]:
+            ax.axis("off")
+        for h, head in enumerate(ids[i]):
+            image = axes[i, head].imshow(maps[h], cmap="viridis", vmin=0, vmax=1)
+            axes[i, head].add_patch(plt.Rectangle((W // 2 - 0.5, H // 2 - 0.5), 1, 1, fill=False, ec="black", lw=1))
+        axes[i, 0].text(-0.15, 0.5, f"layer {i + 1}", fontsize=7, rotation=90, va="center", ha="right",
+                        transform=axes[i, 0].transAxes)
     for h in range(heads):
         axes[0, h].set_title(f"head {h + 1}", fontsize=7)
+    bar = fig.colorbar(image, ax=axes, fraction=0.02, pad=0.02)
+    bar.set_label("probability (central query: box)", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
     return save(fig, out, "fig5_attention_maps", pdf)
 
 
-def trajectory_figure(model, run: Path, layer_index: int, out, pdf):
+def layer_at(layer, snapshot: dict):
+    """A copy of the layer with a heads.jsonl snapshot's centers and alpha (or Sigma^-1)."""
+    layer = copy.deepcopy(layer)
+    with torch.no_grad():
+        layer.encoding.centers.copy_(torch.tensor(snapshot["centers"]))
+        if "alpha" in snapshot:
+            layer.encoding.alpha = torch.tensor(snapshot["alpha"])
+        else:  # any S with S S^T = Sigma^-1 gives the same head: the symmetric square root
+            eigenvalues, vectors = torch.linalg.eigh(torch.tensor(snapshot["inv_cov"]))
+            layer.encoding.inv_cov_sqrt.copy_(vectors * eigenvalues.clamp(min=0).sqrt()[..., None, :])
+    return layer
+
+
+def draw_trajectories(ax, layer, snapshots: list, ids: list, title: str):
+    """Fig. 2: the heads' centers from initialization (x) to the last snapshot, its regions."""
+    centers = np.array([s["centers"] for s in snapshots])  # [snapshots, heads, 2]
+    draw_regions(ax, layer_at(layer, snapshots[-1]), central_maps(layer_at(layer, snapshots[-1])), title, ids)
+    colors = head_colors(max(ids) + 1)
+    for h, head in enumerate(ids):
+        ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[head], lw=0.8, alpha=0.8)
+        ax.plot(centers[0, h, 1], centers[0, h, 0], "x", color=colors[head], ms=5)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+
+
+def trajectory_figure(model, run: Path, layer_index: int, ids, out, pdf) -> list:
+    """Fig. 2 as a picture and, frame by frame over the epochs, as an animated GIF."""
     path = run / "heads.jsonl"
     if not path.exists():
         return []
     snapshots = [json.loads(line) for line in path.read_text().splitlines()]
-    centers = np.array([s["layers"][layer_index - 1]["centers"] for s in snapshots])  # [epochs, heads, 2]
-    layer = model.attention_layers[layer_index - 1]
+    layer, ids = model.attention_layers[layer_index - 1], ids[layer_index - 1]
+    heads = [s["layers"][layer_index - 1] for s in snapshots]
+    name = f"fig2_centers_during_training_layer{layer_index}"
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    draw_regions(ax, layer, central_maps(layer), "")
-    colors = head_colors(centers.shape[1])
-    for h in range(centers.shape[1]):
-        ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[h], lw=0.8, alpha=0.8)
-        ax.plot(centers[0, h, 1], centers[0, h, 0], "x", color=colors[h], ms=5)
-    ax.set_title(f"Layer {layer_index}: head centers from initialization (x) over "
-                 f"{snapshots[-1]['epoch']} epochs, final regions", fontsize=8)
-    return save(fig, out, f"fig2_centers_during_training_layer{layer_index}", pdf)
+
+    def frame(n):
+        ax.clear()
+        epochs = snapshots[n]["epoch"]
+        draw_trajectories(ax, layer, heads[:n + 1], ids, f"Layer {layer_index}: head centers from initialization "
+                          f"(x) over {epochs} epoch{'s' * (epochs != 1)}, and their regions")
+
+    animation = matplotlib.animation.FuncAnimation(fig, frame, frames=len(snapshots))
+    out.mkdir(parents=True, exist_ok=True)
+    animation.save(out / f"{name}.gif", writer=matplotlib.animation.PillowWriter(fps=2), dpi=90)
+    frame(len(snapshots) - 1)
+    return save(fig, out, name, pdf) + [out / f"{name}.gif"]
 
 
 def accuracy_figure(runs: list, out, pdf, name):
@@ -180,7 +225,7 @@ def accuracy_figure(runs: list, out, pdf, name):
         metrics = [json.loads(line) for line in path.read_text().splitlines()]
         config = json.loads((run / "config.json").read_text())
         label = f"{run.name} ({config['encoding']}{', pruned' if isinstance(config['heads'], list) else ''})"
-        ax.plot([m["epoch"] for m in metrics], [m["test_acc"] for m in metrics], label=label)
+        ax.plot([m["epoch"] for m in metrics], [m["test_acc"] for m in metrics], "-o", ms=3, label=label)
     ax.set_xlabel("epoch"), ax.set_ylabel("test accuracy")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
@@ -197,15 +242,46 @@ def print_concentration(model, inputs):
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
 
+def layer_measures(model) -> list:
+    """prove.measures of every position-only attention layer (None for content layers)."""
+    return [None if layer.content else prove.measures(layer) for layer in model.attention_layers]
+
+
+def print_measures(found: list, out: Path):
+    """Print how convolution-like each layer is and write measures.json to `out`."""
+    print("how convolution-like each layer is (central query; prove.locality, prove.grid_coverage):")
+    for i, m in enumerate(found):
+        text = "content layer: no fixed kernel" if m is None else (
+            f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}"
+            + (f"  coverage {m['coverage']}" if "coverage" in m else ""))
+        print(f"  layer {i + 1}: {text}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
+
+
+def locality_figure(runs: list, out, pdf):
+    """Locality (3x3) of every layer at initialization and trained, one line pair a run."""
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    for run, color in zip(runs, plt.cm.tab10(np.arange(len(runs)))):
+        checkpoint, _ = load_checkpoint(run)
+        for at_init, style in ((True, ":"), (False, "-")):
+            model = model_from_checkpoint(checkpoint, at_init).eval()
+            if not hasattr(model, "attention_layers") or any(l.content for l in model.attention_layers):
+                break  # no fixed kernel to measure
+            values = [prove.locality(layer, 3) for layer in model.attention_layers]
+            label = f"{Path(run).name} ({'init' if at_init else 'trained'})"
+            ax.plot(range(1, len(values) + 1), values, style, marker="o", color=color, label=label)
+    ax.set_xlabel("layer"), ax.set_ylabel("locality: kernel energy in 3x3")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylim(0, 1), ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, out, "locality", pdf)
+
+
 def visualize(cfg: Config) -> list:
-    checkpoint, path = train_lib.load_checkpoint(cfg.run)
+    checkpoint, path = load_checkpoint(cfg.run)
     run = path.parent
-    if cfg.at_init:
-        config = train_lib.Config(**checkpoint["config"])
-        torch.manual_seed(config.seed)  # as train.run does before building the model
-        model = build_model(config.encoding, **train_lib.model_kwargs(config)).eval()
-    else:
-        model = train_lib.model_from_checkpoint(checkpoint).eval()
+    model = model_from_checkpoint(checkpoint, cfg.at_init).eval()
     out = Path(cfg.out or run / ("figures-init" if cfg.at_init else "figures"))
     written = []
     if hasattr(model, "attention_layers"):
@@ -213,6 +289,7 @@ def visualize(cfg: Config) -> list:
         if any(layer.content for layer in model.attention_layers):
             config = checkpoint["config"]
             train, test = data_lib.load(config["dataset"], config["data_dir"], config["seed"])
+            train = data_lib.training_subset(train, config["subset"], config["seed"])  # the run's statistics
             mean, std = data_lib.channel_stats(train.images)
             image = (test.images[cfg.image_index:cfg.image_index + 1].float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
             inputs = layer_inputs(model, image)
@@ -221,30 +298,25 @@ def visualize(cfg: Config) -> list:
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
         print_concentration(model, inputs)
+        print_measures(layer_measures(model), out)
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
-        written += region_figure(model, inputs, out, cfg.pdf, f"{name}_attention_regions")
-        written += maps_figure(model, inputs, out, cfg.pdf)
+        ids = kept_heads(run, model)
+        written += region_figure(model, inputs, ids, out, cfg.pdf, f"{name}_attention_regions")
+        written += maps_figure(model, inputs, ids, out, cfg.pdf)
         if not cfg.at_init:
-            written += trajectory_figure(model, run, fig2_layer, out, cfg.pdf)
+            written += trajectory_figure(model, run, fig2_layer, ids, out, cfg.pdf)
     if (run / "metrics.jsonl").exists() and not cfg.at_init:
         pruned = isinstance(checkpoint["config"]["heads"], list)
         runs = [run] + [Path(r) for r in cfg.compare]
         written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if pruned else "fig4_test_accuracy")
+        if hasattr(model, "attention_layers") and not any(layer.content for layer in model.attention_layers):
+            written += locality_figure(runs, out, cfg.pdf)
     return written
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run", help="run directory or checkpoint")
-    parser.add_argument("--out", default="", help="folder for the figures (default RUN/figures)")
-    parser.add_argument("--layer", type=int, default=Config.layer, help="layer of Fig. 2, 1-based (default 4, or the last)")
-    parser.add_argument("--compare", nargs="*", default=[], help="more run directories for Figs. 4/7")
-    parser.add_argument("--pdf", action="store_true", help="also write PDF files")
-    parser.add_argument("--image-index", type=int, default=0, help="test image for content models")
-    parser.add_argument("--at-init", action="store_true",
-                        help="draw the run's model as initialized (same seed), to compare with the trained one")
-    cfg = Config(**vars(parser.parse_args()))
+    cfg = Config(**parse_flags(Config, __doc__, positional=("run",)))
     try:
         written = visualize(cfg)
     except (ValueError, FileNotFoundError, data_lib.DataError) as e:
