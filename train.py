@@ -1,8 +1,8 @@
 """Train on CIFAR-10 with the paper's recipe (section 4.1, Appendix A.4).
 
     python train.py --encoding quadratic                # the paper's run: 300 epochs (a GPU)
-    python train.py --preset laptop --encoding quadratic  # heads that settle on pixels, ~20 min on a 2-core CPU
-    python train.py --preset tiny --encoding learned    # a smoke run, a few minutes on a 2-core CPU
+    python train.py --preset laptop --encoding quadratic  # heads that settle near pixels: 19 min, 2-core CPU
+    python train.py --preset tiny --encoding learned    # a smoke run
     python train.py --resume runs/quadratic-paper       # continue exactly where a run stopped
     torchrun --nproc_per_node=4 train.py ...            # DistributedDataParallel, one process a GPU
 
@@ -41,13 +41,13 @@ PRESETS = {
     # Both CPU presets differ from A.4 in: 2 layers of width 64 (FFN 128; ResNet18 of base
     # width 16) instead of 6 of 400, a few epochs instead of 300, and no attention dropout
     # (the separable fast path needs it off).
-    # tiny: a smoke run, ~10 minutes: 20,000 training images, 5 epochs.
+    # tiny: a smoke run: 20,000 training images, 5 epochs.
     "tiny": dict(layers=2, dim=64, ffn_dim=128, width=16, subset=20000, epochs=5, attention_dropout=0.0),
-    # laptop: heads that settle on pixels, ~20 minutes (quadratic, bf16): all 50,000 training
+    # laptop: heads that settle near pixels, 19 minutes (quadratic, bf16): all 50,000 training
     # images, 10 epochs (5,000 steps instead of 150,000); lr 0.05, since at A.4's 0.1 this
-    # small model's training loss climbed in epoch 3 (with and without the next change); and the positional
-    # parameters learn 10x faster (peak 0.5: their gradients are tiny next to the value
-    # weights'). --position-lr 1 gives the same run without that change.
+    # small model's training loss climbed in epoch 3, with and without the next change; and
+    # the positional parameters learn 10x faster (peak 0.5: their gradients are tiny next to
+    # the value weights'). --position-lr 1 gives the same run without that change.
     "laptop": dict(layers=2, dim=64, ffn_dim=128, width=16, epochs=10, lr=0.05, position_lr=10.0,
                    attention_dropout=0.0),
 }
@@ -58,7 +58,7 @@ class Config:
     encoding: str = option("quadratic", "a SelfAttentionNet encoding, or resnet18", choices=MODELS)
     content: bool = option(False, "add the content term of eq. 8 to the attention logits")
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
-                                  "or laptop (heads that settle on pixels, CPU)", choices=["paper", "tiny", "laptop"])
+                                  "or laptop (heads that settle near pixels, CPU)", choices=["paper", "tiny", "laptop"])
     dataset: str = option("cifar10", "CIFAR-10, or tiled motifs made in memory", choices=["cifar10", "synthetic"])
     data_dir: str = option("data", "folder with (or to receive) CIFAR-10")
     subset: int = option(0, "train on this many training images (0: all)")

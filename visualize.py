@@ -1,4 +1,5 @@
-"""The paper's figures from a run directory or checkpoint (Figs. 2-8).
+"""The paper's figures from a run directory or checkpoint (Figs. 2-8), and how
+convolution-like each layer is.
 
     python visualize.py runs/quadratic-paper [--out DIR] [--pdf] [--layer 4]
     python visualize.py runs/gaussian-paper --compare runs/quadratic-paper runs/resnet18-paper
@@ -8,9 +9,12 @@ Writes, for the model in the checkpoint:
   every layer's heads as their 50% (solid) and 90% (dotted) probability regions around the
   central query pixel (black), one colour per head, on the pixel grid. The regions come from
   the layer's own probabilities: the smallest set of keys holding that mass.
-- fig2: the centers of one layer's heads moving over training (from heads.jsonl).
+- fig2: the centers of one layer's heads moving over training (from heads.jsonl), as a
+  picture and as an animated GIF, one frame an epoch.
 - fig5: the attention map of every head (columns) at every layer (rows) for the central query.
-- fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs.
+- fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs;
+  locality: each layer's 3x3 locality at initialization and trained, for the same runs.
+- measures.json: each layer's locality and grid coverage (prove.measures), also printed.
 For content models (eq. 8) the probabilities depend on the image: a test image is used.
 """
 import copy
