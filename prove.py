@@ -129,13 +129,14 @@ def attention_to_conv(layer: SelfAttention2d) -> AttentionAsConv:
     return AttentionAsConv(layer)
 
 
-def central_probs(layer: SelfAttention2d) -> torch.Tensor:
-    """The central query's probabilities over the keys, P[h, q, :] at q = (H//2, W//2): [heads, H, W]."""
-    if layer.content:
-        raise ValueError("content=True: the probabilities depend on the image")
+def central_probs(layer: SelfAttention2d, x: torch.Tensor = None) -> torch.Tensor:
+    """The central query's probabilities over the keys, P[h, q, :] at q = (H//2, W//2): [heads, H, W].
+    A content layer needs its input x [1, H, W, D]; the measures below refuse content layers."""
     H, W = layer.grid
     with torch.no_grad():
-        return layer.attention_probs()[:, (H // 2) * W + W // 2].view(-1, H, W)
+        P = layer.attention_probs(x)
+    P = P[0] if P.dim() == 4 else P  # content: the first image's
+    return P[:, (H // 2) * W + W // 2].view(-1, H, W)
 
 
 def locality(layer: SelfAttention2d, size: int) -> float:

@@ -66,15 +66,6 @@ def layer_inputs(model, image: torch.Tensor) -> list:
     return inputs
 
 
-def central_maps(layer, x=None) -> torch.Tensor:
-    """Probabilities of the central query over the keys: [heads, H, W]."""
-    H, W = layer.grid
-    with torch.no_grad():
-        P = layer.attention_probs(x)
-    P = P[0] if P.dim() == 4 else P
-    return P[:, (H // 2) * W + W // 2].view(-1, H, W)
-
-
 def fine_density(layer, head: int, steps: int = 8):
     """For encodings of a continuous shift, the head's probability on a grid `steps` times finer,
     on the scale of the pixel probabilities (smooth region boundaries). None for lookup tables."""
@@ -142,7 +133,7 @@ def region_figure(model, inputs, ids, out, pdf, name):
     layers = model.attention_layers
     fig, axes = plt.subplots(1, len(layers), figsize=(2.6 * len(layers), 3.1), squeeze=False)
     for i, (layer, ax) in enumerate(zip(layers, axes[0])):
-        draw_regions(ax, layer, central_maps(layer, inputs[i] if layer.content else None), f"layer {i + 1}", ids[i])
+        draw_regions(ax, layer, prove.central_probs(layer, inputs[i] if layer.content else None), f"layer {i + 1}", ids[i])
         ax.set_ylabel("row shift" if i == 0 else "", fontsize=7)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
@@ -155,7 +146,7 @@ def maps_figure(model, inputs, ids, out, pdf):
     heads = max(max(i) for i in ids) + 1
     fig, axes = plt.subplots(len(layers), heads, figsize=(1.1 * heads + 0.6, 1.15 * len(layers)), squeeze=False)
     for i, layer in enumerate(layers):
-        maps = central_maps(layer, inputs[i] if layer.content else None).numpy()
+        maps = prove.central_probs(layer, inputs[i] if layer.content else None).numpy()
         H, W = layer.grid
         for ax in axes[i]:
             ax.axis("off")
@@ -188,7 +179,8 @@ def layer_at(layer, snapshot: dict):
 def draw_trajectories(ax, layer, snapshots: list, ids: list, title: str):
     """Fig. 2: the heads' centers from initialization (x) to the last snapshot, its regions."""
     centers = np.array([s["centers"] for s in snapshots])  # [snapshots, heads, 2]
-    draw_regions(ax, layer_at(layer, snapshots[-1]), central_maps(layer_at(layer, snapshots[-1])), title, ids)
+    last = layer_at(layer, snapshots[-1])
+    draw_regions(ax, last, prove.central_probs(last), title, ids)
     colors = head_colors(max(ids) + 1)
     for h, head in enumerate(ids):
         ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[head], lw=0.8, alpha=0.8)
@@ -241,7 +233,7 @@ def print_concentration(model, inputs):
     """How many keys hold half of each head's attention from the central query, per layer."""
     print("keys holding 50% of each head's attention (central query):")
     for i, layer in enumerate(model.attention_layers):
-        maps = central_maps(layer, inputs[i] if layer.content else None)
+        maps = prove.central_probs(layer, inputs[i] if layer.content else None)
         counts = [int((m >= mass_levels(m, [0.5])[0]).sum()) for m in maps]
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
