@@ -1,6 +1,6 @@
 """Theorem 1 made numeric: multi-head self-attention with quadratic encoding is a convolution.
 
-    python prove.py [--out DIR]     # about half a minute on a 2-core CPU; the figure goes to runs/prove
+    python prove.py [--out DIR]     # 12 s on a 2-core CPU; the figure goes to runs/prove
 
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
 layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9) with
