@@ -9,18 +9,20 @@
    a GPU, 16 on the CPU), forward + backward, impl="dense" (the T x T product, as the
    authors' code does it) against impl="fast", for every encoding, also with dropout 0.1 on
    the attention probabilities (training mode); and the layer's own Linear(3600, 400) alone
-   on the same input, the floor any implementation pays ("x Linear": a layer's time over it).
+   on the same input, the floor any implementation pays ("x Linear": a layer's time over
+   the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
    model's FLOPs per second (3 x the forward's matrix products, torch.utils.flop_counter)
    over the peak of the precision used, in fp32 and under bf16 autocast: the tiny preset's
    model at batch 100, one paper-size block (dim 400) at batch 16, and ResNet18.
 
-Times are medians over repeats after warm-up. Memory is the peak allocated on a GPU; on
-the CPU, where PyTorch keeps no such counter, it is the bytes of tensors saved for the
-backward pass (the activation memory a training step holds).
+Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
+the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
+CPU, neighbours slow some repeats by 20-50%, and ratios taken side by side stay put. Memory
+is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter, it is the
+bytes of tensors saved for the backward pass (the activation memory a training step holds).
 """
 import json
-import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -60,28 +62,34 @@ def saved_bytes(fn) -> int:
     return sum(storages.values())
 
 
-def measure(step, device, repeats: int, forward=None, warmup: int = 2) -> tuple:
-    """(median seconds of step(), memory in bytes) after warm-up calls; on the CPU the
-    memory is that saved by forward() (0 without one)."""
-    for _ in range(warmup):
-        step()
-    sync(device)
-    times = []
+def measure(steps: dict, device, repeats: int, warmup: int = 2) -> dict:
+    """{name: fastest seconds of step()} over `repeats` rounds that each run every step once,
+    after warm-up. Steps compared in one row run side by side, so they see the same machine;
+    on a shared CPU the fastest repeat is the one its neighbours disturbed least."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        step()
-        memory = torch.cuda.max_memory_allocated(device)
-    else:
-        memory = saved_bytes(forward) if forward else 0
-    return statistics.median(times), memory
+        for name, step in steps.items():
+            sync(device)
+            start = time.perf_counter()
+            step()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
 
 
-def layer_measure(module, x, device, repeats: int) -> tuple:
+def memory(step, forward, device) -> int:
+    """Peak bytes allocated by step() on a GPU; on the CPU, the bytes forward() saves for backward."""
+    if device.type != "cuda":
+        return saved_bytes(forward)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    return torch.cuda.max_memory_allocated(device)
+
+
+def layer_step(module, x):
     """forward + backward of a module on a fixed input that needs its gradient too."""
     x = x.requires_grad_()
 
@@ -90,24 +98,23 @@ def layer_measure(module, x, device, repeats: int) -> tuple:
         module.zero_grad(set_to_none=True)
         x.grad = None
 
-    return measure(step, device, repeats, forward=lambda: module(x))
+    return step, lambda: module(x)
 
 
 def matmul_peak(device, dtype, n: int) -> float:
     """FLOP/s of an n x n matrix product: the most a model of matrix products can reach."""
     a = torch.randn(n, n, device=device).to(dtype)
-    seconds, _ = measure(lambda: a @ a, device, repeats=5)
-    return 2 * n**3 / seconds
+    return 2 * n**3 / measure({"mm": lambda: a @ a}, device, repeats=5)["mm"]
 
 
 def bench_layers(device, cfg: Config) -> list:
     batch, dim, grid = (4, 64, (8, 8)) if cfg.quick else (100 if device.type == "cuda" else 16, 400, (16, 16))
     heads = 9
     x = torch.randn(batch, *grid, dim, device=device)
-    linear = torch.nn.Linear(heads * dim, dim).to(device)
-    floor, floor_mem = layer_measure(linear, torch.randn(batch, *grid, heads * dim, device=device), device, cfg.repeats)
+    linear = layer_step(torch.nn.Linear(heads * dim, dim).to(device), torch.randn(batch, *grid, heads * dim, device=device))
+    floor = measure({"linear": linear[0]}, device, cfg.repeats)["linear"]
     rows = [dict(device=str(device), kind="layer", name=f"Linear({heads * dim}, {dim}) alone", batch=batch,
-                 fast_s=floor, fast_bytes=floor_mem)]
+                 fast_s=floor, fast_bytes=memory(*linear, device))]
     names = list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
     for name in names:
         encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * name.endswith("dropout")
@@ -115,11 +122,11 @@ def bench_layers(device, cfg: Config) -> list:
         fast = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="fast").to(device)
         dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="dense").to(device)
         dense.load_state_dict(fast.state_dict())
-        dense_s, dense_mem = layer_measure(dense, x, device, cfg.repeats)
-        fast_s, fast_mem = layer_measure(fast, x, device, cfg.repeats)
-        rows.append(dict(device=str(device), kind="layer", name=name, batch=batch, dense_s=dense_s, fast_s=fast_s,
-                         speedup=dense_s / fast_s, dense_bytes=dense_mem, fast_bytes=fast_mem,
-                         floor_multiple=fast_s / floor))
+        steps = dict(dense=layer_step(dense, x), fast=layer_step(fast, x), floor=linear)
+        s = measure({k: v[0] for k, v in steps.items()}, device, cfg.repeats)
+        rows.append(dict(device=str(device), kind="layer", name=name, batch=batch, dense_s=s["dense"], fast_s=s["fast"],
+                         speedup=s["dense"] / s["fast"], dense_bytes=memory(*steps["dense"], device),
+                         fast_bytes=memory(*steps["fast"], device), floor_multiple=s["fast"] / s["floor"]))
     return rows
 
 
@@ -144,18 +151,20 @@ def bench_models(device, cfg: Config, peaks: dict) -> list:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         images = torch.randn(batch, 3, 32, 32, device=device)
         labels = torch.randint(0, 10, (batch,), device=device)
-        for dtype in (torch.float32, torch.bfloat16):
-            def step():
-                with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
-                    loss = F.cross_entropy(net.train()(images).float(), labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
 
-            seconds, _ = measure(step, device, max(3, cfg.repeats // 2), warmup=1)
+        def step(dtype):
+            with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
+                loss = F.cross_entropy(net.train()(images).float(), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        dtypes = (torch.float32, torch.bfloat16)
+        seconds = measure({d: lambda d=d: step(d) for d in dtypes}, device, cfg.repeats)
+        for dtype in dtypes:
             rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=str(dtype)[6:],
-                             images_per_s=batch / seconds, gflop_per_image=flops / batch / 1e9,
-                             utilization=flops / seconds / peaks[str(dtype)[6:]], compiled=device.type == "cuda"))
+                             images_per_s=batch / seconds[dtype], gflop_per_image=flops / batch / 1e9,
+                             utilization=flops / seconds[dtype] / peaks[str(dtype)[6:]], compiled=device.type == "cuda"))
     return rows
 
 
