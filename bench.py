@@ -13,8 +13,9 @@
    the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
    model's FLOPs per second (3 x the forward's matrix products, torch.utils.flop_counter)
-   over the peak of the precision used, in fp32 and under bf16 autocast: the tiny preset's
-   model at batch 100, one paper-size block (dim 400) at batch 16, and ResNet18.
+   over the peak of the precision used, timed beside the row, in fp32 and under bf16
+   autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) at batch
+   16, and ResNet18.
 
 Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
@@ -101,10 +102,16 @@ def layer_step(module, x):
     return step, lambda: module(x)
 
 
+def matmul(device, dtype, n: int) -> tuple:
+    """(step, FLOPs) of an n x n matrix product: the most a model of matrix products can reach."""
+    a, c = torch.randn(n, n, device=device).to(dtype), torch.empty(n, n, device=device, dtype=dtype)
+    return (lambda: torch.mm(a, a, out=c)), 2 * n**3
+
+
 def matmul_peak(device, dtype, n: int) -> float:
-    """FLOP/s of an n x n matrix product: the most a model of matrix products can reach."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    return 2 * n**3 / measure({"mm": lambda: a @ a}, device, repeats=5)["mm"]
+    """FLOP/s of an n x n matrix product."""
+    step, flops = matmul(device, dtype, n)
+    return flops / measure({"mm": step}, device, repeats=10)["mm"]
 
 
 def bench_layers(device, cfg: Config) -> list:
@@ -141,7 +148,11 @@ def model_sizes(quick: bool) -> list:
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
 
-def bench_models(device, cfg: Config, peaks: dict) -> list:
+def bench_models(device, cfg: Config) -> list:
+    """Each row times its fp32 and bf16 steps beside the two matrix-product peaks, so that
+    utilization divides numbers measured side by side."""
+    dtypes = (torch.float32, torch.bfloat16)
+    peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else 2048) for d in dtypes}
     rows = []
     for row, name, overrides, batch in model_sizes(cfg.quick):
         torch.manual_seed(0)
@@ -159,12 +170,14 @@ def bench_models(device, cfg: Config, peaks: dict) -> list:
             loss.backward()
             optimizer.step()
 
-        dtypes = (torch.float32, torch.bfloat16)
-        seconds = measure({d: lambda d=d: step(d) for d in dtypes}, device, cfg.repeats)
-        for dtype in dtypes:
-            rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=str(dtype)[6:],
-                             images_per_s=batch / seconds[dtype], gflop_per_image=flops / batch / 1e9,
-                             utilization=flops / seconds[dtype] / peaks[str(dtype)[6:]], compiled=device.type == "cuda"))
+        steps = {str(d)[6:]: lambda d=d: step(d) for d in dtypes} | {f"peak {p}": mm for p, (mm, _) in peaks.items()}
+        seconds = measure(steps, device, cfg.repeats)
+        for precision, (_, peak_flops) in peaks.items():
+            peak = peak_flops / seconds[f"peak {precision}"]
+            rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=precision,
+                             images_per_s=batch / seconds[precision], gflop_per_image=flops / batch / 1e9,
+                             peak_flop_per_s=peak, utilization=flops / seconds[precision] / peak,
+                             compiled=device.type == "cuda"))
     return rows
 
 
@@ -185,11 +198,12 @@ def print_tables(rows: list, peaks: dict):
                 print(f"{r['name']:<26}{'':>10}{r['fast_s'] * 1e3:>10.1f}{'':>10}{'':>10}{r['fast_bytes'] / 2**20:>10.0f}{1:>9.2f}x")
         models = [r for r in rows if r["device"] == device and r["kind"] == "model"]
         print(f"\nTraining step on {device} (compiled: {models[0]['compiled']}); utilization = model FLOP/s "
-              "over the peak of the precision")
-        print(f"{'model':<24}{'batch':>6}{'GFLOP/img':>11}{'fp32 img/s':>12}{'util':>6}{'bf16 img/s':>12}{'util':>6}")
+              "over the peak of the precision, the matrix product timed beside the row (GFLOP/s)")
+        print(f"{'model':<24}{'batch':>6}{'GFLOP/img':>11}{'fp32 img/s':>12}{'util':>6}{'peak':>6}"
+              f"{'bf16 img/s':>12}{'util':>6}{'peak':>6}")
         for fp32, bf16 in zip(models[::2], models[1::2]):
-            print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}"
-                  f"{fp32['images_per_s']:>12.0f}{fp32['utilization']:>6.0%}{bf16['images_per_s']:>12.0f}{bf16['utilization']:>6.0%}")
+            print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}" + "".join(
+                f"{r['images_per_s']:>12.0f}{r['utilization']:>6.0%}{r['peak_flop_per_s'] / 1e9:>6.0f}" for r in (fp32, bf16)))
 
 
 def main():
@@ -200,7 +214,7 @@ def main():
         n = 256 if cfg.quick else 2048
         peaks[str(device)] = {str(t)[6:]: matmul_peak(device, t, n) for t in (torch.float32, torch.bfloat16)}
         peaks[str(device)]["hardware"] = environment(device)["hardware"]
-        rows += bench_layers(device, cfg) + bench_models(device, cfg, peaks[str(device)])
+        rows += bench_models(device, cfg) + bench_layers(device, cfg)
     print_tables(rows, peaks)
     if cfg.json:
         env = {name: environment(torch.device(name)) for name in names}
