@@ -1,7 +1,7 @@
 """Train on CIFAR-10 with the paper's recipe (section 4.1, Appendix A.4).
 
     python train.py --encoding quadratic                # the paper's run: 300 epochs (a GPU)
-    python train.py --preset laptop --encoding quadratic  # heads that settle near pixels: 19 min, 2-core CPU
+    python train.py --preset laptop --encoding quadratic  # heads that settle near pixels: 13 min, 2-core CPU
     python train.py --preset tiny --encoding learned    # a smoke run
     python train.py --resume runs/quadratic-paper       # continue exactly where a run stopped
     torchrun --nproc_per_node=4 train.py ...            # DistributedDataParallel, one process a GPU
@@ -43,7 +43,7 @@ PRESETS = {
     # (the separable fast path needs it off).
     # tiny: a smoke run: 20,000 training images, 5 epochs.
     "tiny": dict(layers=2, dim=64, ffn_dim=128, width=16, subset=20000, epochs=5, attention_dropout=0.0),
-    # laptop: heads that settle near pixels, 19 minutes (quadratic, bf16): all 50,000 training
+    # laptop: heads that settle near pixels, 13 minutes (quadratic, bf16): all 50,000 training
     # images, 10 epochs (5,000 steps instead of 150,000); lr 0.05, since at A.4's 0.1 this
     # small model's training loss climbed in epoch 3, with and without the next change; and
     # the positional parameters learn 10x faster (peak 0.5: their gradients are tiny next to
