@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from attention import ENCODINGS, SelfAttention2d
-from model import build_model, counted_flops, environment, option, parse_flags
+from model import build_model, counted_flops, environment, keep_freed_memory, option, parse_flags
 
 EPOCH_IMAGES = 50000
 
@@ -208,6 +208,7 @@ def print_tables(rows: list, peaks: dict):
 
 def main():
     cfg = Config(**parse_flags(Config, __doc__))
+    keep_freed_memory()  # as train.py does
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows, peaks = [], {}
     for device in map(torch.device, names):

@@ -8,6 +8,7 @@ blocks (attention, Linear(400, 400), dropout, add & LayerNorm; FFN 400 -> 512 ->
 dropout, add & LayerNorm) -> mean over the 16 x 16 positions -> Linear(400, 10).
 """
 import argparse
+import ctypes
 import dataclasses
 import inspect
 import json
@@ -240,6 +241,23 @@ def cpu_name() -> str:
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
     return names[0] if names else platform.processor() or platform.machine()
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory for the process's next allocation (Linux; elsewhere a no-op).
+
+    By default glibc hands every block over 32 MB back to the operating system when it is
+    freed, and trims the heap's top; a training step frees and allocates such blocks every
+    step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time. On a
+    2-core VM that was 20,000-27,000 faults and 60-75 ms of system time per fp32 step of the
+    tiny model, and a sixth of a paper-size layer's time. The price: the process keeps the
+    most memory it ever used. True when both settings took."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # from <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -33,8 +33,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data as data_lib
-from model import (MODELS, atomic_save, checkpoint_dict, environment, load_checkpoint, model_from_config, option,
-                   parse_flags)
+from model import (MODELS, atomic_save, checkpoint_dict, environment, keep_freed_memory, load_checkpoint,
+                   model_from_config, option, parse_flags)
 
 PRESETS = {
     "paper": {},  # Appendix A.4 and the authors' code: the defaults below
@@ -486,6 +486,7 @@ def run(cfg: Config, model=None) -> dict:
 
 
 def main():
+    keep_freed_memory()
     try:
         run(parse_config())
     except (data_lib.DataError, TrainingError, FileNotFoundError, ValueError) as e:
