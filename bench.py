@@ -14,8 +14,9 @@
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
    model's FLOPs per second (3 x the forward's matrix products, torch.utils.flop_counter)
    over the peak of the precision used, timed beside the row, in fp32 and under bf16
-   autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) at batch
-   16, and ResNet18.
+   autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) and the
+   paper's 6-block model at batch 16 (attention dropout off: the factorized path), and
+   ResNet18.
 
 Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
@@ -145,6 +146,8 @@ def model_sizes(quick: bool) -> list:
             for e in ("quadratic", "gaussian", "learned")]
     rows += [(f"paper block {e}", e, block | dict(attention_dropout=0.0), 4 if quick else 16)
              for e in ("quadratic", "learned", "sinusoidal")]
+    paper = block | dict(layers=2) if quick else {}  # the 6 blocks of section 4.1
+    rows += [("paper model quadratic", "quadratic", paper | dict(attention_dropout=0.0), 4 if quick else 16)]
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
 
