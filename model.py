@@ -250,7 +250,7 @@ def keep_freed_memory() -> bool:
     freed, and trims the heap's top; a training step frees and allocates such blocks every
     step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time. On a
     2-core VM that was 20,000-27,000 faults and 60-75 ms of system time per fp32 step of the
-    tiny model, and a sixth of a paper-size layer's time. The price: the process keeps the
+    tiny model, and a seventh of a paper-size layer's time. The price: the process keeps the
     most memory it ever used. True when both settings took."""
     try:
         libc = ctypes.CDLL("libc.so.6")
