@@ -68,9 +68,9 @@ class Quadratic(nn.Module):
     separable = True
     undecayed = ("centers", "width")  # A.4: no weight decay on a Gaussian's center and spread
 
-    def __init__(self, heads: int):
+    def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
-        self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)  # Delta ~ N(0, 2^2)
+        self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)  # Delta ~ N(0, std^2 I)
         self.width = nn.Parameter(1.0 + 0.01 * torch.randn(heads))  # s, with alpha = s^2 / 2 > 0
 
     @property
@@ -97,9 +97,9 @@ class Gaussian(nn.Module):
     separable = False
     undecayed = ("centers", "inv_cov_sqrt")
 
-    def __init__(self, heads: int):
+    def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
-        self.centers = nn.Parameter(torch.randn(heads, 2) * 2.0)
+        self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)
         self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S
 
     @property
@@ -167,14 +167,16 @@ class ShiftMLP(nn.Module):
         return self.net(delta / self.scale).movedim(-1, 0)
 
 
-def make_encoding(name: str, heads: int, grid: tuple, dim: int) -> nn.Module:
+def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: float = 2.0) -> nn.Module:
+    """An encoding by name. Centers (quadratic, gaussian) start at N(0, center_std^2 I): the
+    authors' code draws standard deviation 2, the paper writes N(0, 2 I) (variance 2)."""
     if name not in ENCODINGS:
         raise ValueError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
     if name in ("learned", "sinusoidal"):
         return RowColumn(heads, grid, dim, learned=name == "learned")
     if name == "mlp":
         return ShiftMLP(heads, grid)
-    return Quadratic(heads) if name == "quadratic" else Gaussian(heads)
+    return (Quadratic if name == "quadratic" else Gaussian)(heads, center_std)
 
 
 class Dropout(nn.Dropout):
@@ -210,7 +212,8 @@ class SelfAttention2d(nn.Module):
     """
 
     def __init__(self, dim: int, heads: int = 9, grid: tuple = (16, 16), encoding: str = "quadratic",
-                 content: bool = False, dropout: float = 0.0, impl: str = "fast", out_dim: int = None):
+                 content: bool = False, dropout: float = 0.0, impl: str = "fast", out_dim: int = None,
+                 center_std: float = 2.0):
         super().__init__()
         for name, value in (("dim", dim), ("heads", heads), ("out_dim", out_dim or dim)):
             if not isinstance(value, int) or value < 1:
@@ -219,7 +222,7 @@ class SelfAttention2d(nn.Module):
             raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
         self.dim, self.heads, self.impl, self.content = dim, heads, impl, content
         self.grid = self._check_grid(grid)
-        self.encoding = make_encoding(encoding, heads, self.grid, dim)
+        self.encoding = make_encoding(encoding, heads, self.grid, dim, center_std)
         self.encoding_name = encoding
         if content:  # eq. 8, first term: x_q W_qry W_key^T x_k / sqrt(D_k)
             self.key_dim = max(dim // heads, 1)

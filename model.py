@@ -40,9 +40,11 @@ def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
 class Block(nn.Module):
     """A post-LN transformer block whose attention is SelfAttention2d (BERT layout, eps 1e-12)."""
 
-    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl, eps=1e-12):
+    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl, center_std,
+                 eps=1e-12):
         super().__init__()
-        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, attention_dropout, impl)
+        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, attention_dropout, impl,
+                                         center_std=center_std)
         self.attention_out = nn.Linear(dim, dim)
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
@@ -59,7 +61,8 @@ class SelfAttentionNet(nn.Module):
 
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
                  ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
-                 content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast"):
+                 content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast",
+                 center_std: float = 2.0):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
@@ -68,8 +71,8 @@ class SelfAttentionNet(nn.Module):
             raise ValueError(f"image_size must be even for 2x2 space-to-depth, got {image_size}")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
-        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl)
-                                    for n in heads)
+        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl,
+                                          center_std) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
 
     def forward(self, images):  # [B, 3, H, W]
@@ -163,22 +166,23 @@ def model_kwargs(config: dict) -> dict:
     if config["encoding"] == "resnet18":
         return dict(width=config["width"])
     kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
-    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0))  # 0 before the option
+    # defaults for runs recorded before these options existed
+    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0))
 
 
 def model_from_config(config: dict) -> nn.Module:
     return build_model(config["encoding"], **model_kwargs(config))
 
 
-def checkpoint_dict(model, optimizer, scheduler, cfg, epoch: int, step: int = 0,
+def checkpoint_dict(model, optimizers, schedulers, cfg, epoch: int, step: int = 0,
                     partial=(0.0, 0.0, 0.0, 0.0), metrics=()) -> dict:
     """Everything a run (`cfg`: its Config dataclass) needs to continue exactly; `partial`
     holds the running loss sum, correct count, images seen and training seconds of an
-    unfinished epoch. Without an optimizer it is a starting point: `--resume` trains the
+    unfinished epoch. Without optimizers it is a starting point: `--resume` trains the
     model from it from epoch 0."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return dict(model=model.state_dict(), optimizer=optimizer and optimizer.state_dict(),
-                scheduler=scheduler and scheduler.state_dict(), config=dataclasses.asdict(cfg), epoch=epoch, step=step,
+    return dict(model=model.state_dict(), optimizer=[o.state_dict() for o in optimizers],
+                scheduler=[s.state_dict() for s in schedulers], config=dataclasses.asdict(cfg), epoch=epoch, step=step,
                 partial=list(partial), metrics=list(metrics), rng=dict(torch=torch.get_rng_state(), cuda=cuda))
 
 
@@ -225,15 +229,35 @@ def kept_heads(run: Path, model: nn.Module) -> list:
 
 
 def environment(device: torch.device) -> dict:
-    """What a run record names: commit, torch, device and hardware."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):  # no git, or one that hangs
-        commit = ""
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return dict(commit=commit or "unknown", torch=torch.__version__, device=str(device), hardware=hardware,
-                cpu_threads=torch.get_num_threads())
+    """What a run record names: commit (and whether the tree had uncommitted changes), torch,
+    device and hardware (a CPU with its matrix-unit class)."""
+    def git(*args) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
+                                  timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):  # no git, or one that hangs
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "*.py")) if commit else None
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()})"
+    return dict(commit=commit or "unknown", dirty=dirty, torch=torch.__version__, device=str(device),
+                hardware=hardware, cpu_threads=torch.get_num_threads())
+
+
+def cpu_flags() -> set:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def cpu_class(flags: set = None) -> str:
+    """The widest matrix unit of an x86 CPU (Linux's flags): AMX, AVX512-BF16, AVX512, AVX2; else 'unknown'."""
+    flags = cpu_flags() if flags is None else flags
+    for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
+        if flag in flags:
+            return name
+    return "unknown"
 
 
 def cpu_name() -> str:

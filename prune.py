@@ -115,7 +115,7 @@ def prune(cfg: Config):
                                                 out=str(out), resume="", device=cfg.device,
                                                 data_dir=cfg.data_dir or config["data_dir"]))
     out.mkdir(parents=True, exist_ok=True)
-    atomic_save(checkpoint_dict(small, None, None, finetune, epoch=0), out / "checkpoint.pt")
+    atomic_save(checkpoint_dict(small, [], [], finetune, epoch=0), out / "checkpoint.pt")
     ids = [[i for h, i in enumerate(layer_ids) if h not in p] for layer_ids, p in zip(kept_heads(path.parent, model), pruned)]
     (out / "kept_heads.json").write_text(json.dumps({"layers": ids}))
     print(f"saved the pruned model to {out / 'checkpoint.pt'}")

@@ -572,7 +572,7 @@ def test_bf16_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch):
     ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
 def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
     net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
-    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0))
+    opt = train_lib.make_optimizers(net, train_lib.Config(position_lr=10.0))[0]
     decay = {id(p): (g["weight_decay"], g["lr"]) for g in opt.param_groups for p in g["params"]}
     for name, p in net.named_parameters():
         positional = ".encoding." in name

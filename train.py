@@ -68,6 +68,10 @@ class Config:
     momentum: float = option(0.9, "SGD momentum")
     weight_decay: float = option(1e-4, "SGD weight decay (none on Gaussian centers and spreads)")
     position_lr: float = option(1.0, "learning-rate multiplier of the positional parameters (A.4: 1)")
+    position_optimizer: str = option("sgd", "optimizer of the positional parameters: sgd (A.4), or adam, whose "
+                                            "step does not shrink with their tiny gradients", choices=["sgd", "adam"])
+    center_std: float = option(2.0, "standard deviation of the initial head centers (the authors' code: 2; "
+                                    "the paper writes N(0, 2I), i.e. 1.41)")
     warmup: float = option(0.05, "fraction of steps of linear warm-up")
     layers: int = option(6, "attention blocks")
     heads: object = option(9, "one number, or one per layer (pruned models)", type=int)
@@ -141,17 +145,21 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def make_optimizer(model, cfg: Config) -> torch.optim.SGD:
+def make_optimizers(model, cfg: Config) -> list:
     """SGD of A.4. A Gaussian head's center and spread (quadratic, gaussian) are not
     weight-decayed; learned tables and head keys are. Every positional parameter (all of an
-    encoding's) takes `position_lr` times the learning rate. The first group holds the rest."""
+    encoding's) takes `position_lr` times the learning rate. The first group holds the rest.
+    With `position_optimizer="adam"` the positional groups go to a second optimizer, Adam."""
     undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
     groups = {}  # (positional, decayed) -> parameters
     for name, p in model.named_parameters():
         groups.setdefault((".encoding." in name, id(p) not in undecayed), []).append(p)
-    return torch.optim.SGD([dict(params=params, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
-                                 weight_decay=cfg.weight_decay if decayed else 0.0)
-                            for (positional, decayed), params in sorted(groups.items())], lr=cfg.lr, momentum=cfg.momentum)
+    groups = [dict(params=params, positional=positional, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
+                   weight_decay=cfg.weight_decay if decayed else 0.0)
+              for (positional, decayed), params in sorted(groups.items())]
+    adam = [g for g in groups if g["positional"]] if cfg.position_optimizer == "adam" else []
+    sgd = torch.optim.SGD([g for g in groups if g not in adam], lr=cfg.lr, momentum=cfg.momentum)
+    return [sgd, torch.optim.Adam(adam)] if adam else [sgd]
 
 
 def bf16_pays(device: torch.device) -> bool:
@@ -292,9 +300,10 @@ class Trainer:
 
         torch.manual_seed(cfg.seed)  # the one seed: model init and dropout; data randomness is keyed by it
         self.model = (model or model_from_config(asdict(cfg))).to(device)
-        self.optimizer = make_optimizer(self.model, cfg)
+        self.optimizers = make_optimizers(self.model, cfg)
         total_steps = cfg.epochs * len(self.train_batches)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(total_steps, cfg.warmup))
+        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine(total_steps, cfg.warmup))
+                           for o in self.optimizers]
         self.epoch, self.step, self.history = 0, 0, []
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch: loss sum, correct, seen
         self.seconds = 0.0  # this epoch's training seconds so far
@@ -308,8 +317,10 @@ class Trainer:
         self.model.load_state_dict(checkpoint["model"])
         if not checkpoint["optimizer"]:  # a starting point (a pruned model): train it from epoch 0
             return
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        for things, key in ((self.optimizers, "optimizer"), (self.schedulers, "scheduler")):
+            states = checkpoint[key] if isinstance(checkpoint[key], list) else [checkpoint[key]]  # one before Adam
+            for thing, state in zip(things, states, strict=True):
+                thing.load_state_dict(state)
         torch.set_rng_state(checkpoint["rng"]["torch"])
         if self.device.type == "cuda" and checkpoint["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
@@ -320,7 +331,7 @@ class Trainer:
     def save(self):
         if self.writer:
             partial = self.sums.tolist() + [self.seconds]
-            atomic_save(checkpoint_dict(self.model, self.optimizer, self.scheduler, self.cfg, self.epoch,
+            atomic_save(checkpoint_dict(self.model, self.optimizers, self.schedulers, self.cfg, self.epoch,
                                         self.step, partial, self.history), self.out / "checkpoint.pt")
 
     def start_logs(self):
@@ -349,10 +360,12 @@ class Trainer:
             with self.autocast():
                 logits = self.net(x).float()
             loss = F.cross_entropy(logits, y)
-            self.optimizer.zero_grad(set_to_none=True)
+            for optimizer in self.optimizers:
+                optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            self.optimizer.step()
-            self.scheduler.step()
+            for optimizer, scheduler in zip(self.optimizers, self.schedulers):
+                optimizer.step()
+                scheduler.step()
             self.step += 1
             self.sums += torch.stack([loss.detach() * len(y), (logits.argmax(1) == y).sum(),
                                       torch.tensor(len(y), device=self.device)]).double()
@@ -390,7 +403,7 @@ class Trainer:
         before = self.history[-1]["seconds"] if self.history else 0.0
         record = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
                       train_acc=sums[1].item() / sums[2].item(), test_loss=test_loss, test_acc=test_acc,
-                      lr=self.optimizer.param_groups[0]["lr"], images_per_s=sums[2].item() / max(self.seconds, 1e-9),
+                      lr=self.optimizers[0].param_groups[0]["lr"], images_per_s=sums[2].item() / max(self.seconds, 1e-9),
                       seconds=before + time.time() - started)
         record["best_test_acc"] = max([test_acc] + [m["test_acc"] for m in self.history])
         self.history.append(record)
