@@ -12,6 +12,7 @@ import ctypes
 import dataclasses
 import inspect
 import json
+import math
 import os
 import platform
 import subprocess
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attention import ENCODINGS, Dropout, SelfAttention2d
+from attention import ENCODINGS, Dropout, SelfAttention2d, kernel_shifts
 
 MODELS = ENCODINGS + ("resnet18",)
 # Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
@@ -62,7 +63,7 @@ class SelfAttentionNet(nn.Module):
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
                  ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
                  content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast",
-                 center_std: float = 2.0):
+                 center_std: float = 2.0, grid_start: bool = False):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
@@ -74,6 +75,11 @@ class SelfAttentionNet(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl,
                                           center_std) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
+        if grid_start:  # ConViT's local init: head h starts at the h-th shift of a K x K kernel, plus its draw
+            for layer in self.attention_layers:
+                if hasattr(layer.encoding, "centers") and math.isqrt(layer.heads) ** 2 == layer.heads:
+                    with torch.no_grad():  # (a pruned layer keeps its draw: its weights come from a checkpoint)
+                        layer.encoding.centers += kernel_shifts(layer.heads)
 
     def forward(self, images):  # [B, 3, H, W]
         x = self.embed(space_to_depth(images))  # [B, H/2, W/2, dim]
@@ -167,7 +173,8 @@ def model_kwargs(config: dict) -> dict:
         return dict(width=config["width"])
     kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
     # defaults for runs recorded before these options existed
-    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0))
+    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0),
+                         grid_start=config.get("grid_start", False))
 
 
 def model_from_config(config: dict) -> nn.Module:

@@ -173,12 +173,35 @@ def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = 0.
     return len(shifts)
 
 
+def around_query(layer: SelfAttention2d, mass: float = 0.5) -> dict:
+    """Where the one-pixel heads lie around the central query, for any position-only encoding.
+    A head is one-pixel when it puts at least `mass` of the query's probability on one pixel.
+    `one_pixel`: distinct pixels holding such a head; `ring`: how many of the 8 pixels of the
+    3x3 ring around the query hold one (8 for a 3x3 convolution); `sides`: on how many of the
+    four sides (above, below, left, right: rows or columns beyond the query's) one lies."""
+    p = central_probs(layer)  # [heads, H, W]
+    H, W = layer.grid
+    best = p.flatten(1).max(1)
+    pixels = {divmod(k, W) for k, v in zip(best.indices.tolist(), best.values.tolist()) if v >= mass}
+    shifts = {(r - H // 2, c - W // 2) for r, c in pixels}  # delta = key - query
+    ring = sum(max(abs(dr), abs(dc)) == 1 for dr, dc in shifts)
+    sides = [any(dr < 0 for dr, _ in shifts), any(dr > 0 for dr, _ in shifts),
+             any(dc < 0 for _, dc in shifts), any(dc > 0 for _, dc in shifts)]
+    return {"one_pixel": len(shifts), "ring": ring, "sides": sum(sides)}
+
+
 def measures(layer: SelfAttention2d) -> dict:
-    """Locality in the 3x3 and 5x5 windows and, for heads with centers, grid coverage."""
-    found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)}
+    """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query and, for
+    heads with centers, grid coverage."""
+    found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)} | around_query(layer)
     if hasattr(layer.encoding, "centers"):
         found["coverage"] = grid_coverage(layer)
     return found
+
+
+def layer_measures(model: nn.Module) -> list:
+    """`measures` of every attention layer of a model (None for a content layer: no fixed kernel)."""
+    return [None if layer.content else measures(layer) for layer in getattr(model, "attention_layers", [])]
 
 
 @dataclass

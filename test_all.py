@@ -25,6 +25,7 @@ from torch import nn
 
 import attention
 import bench
+import compare
 import data as data_lib
 import model as model_lib
 import prove
@@ -324,9 +325,23 @@ def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
     torch.manual_seed(0)
     layer = prove.conv_to_attention(nn.Conv2d(4, 5, 3, padding=1), alpha=50.0).attention
     layer.set_grid((9, 9))
-    assert prove.measures(layer) == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9})
+    assert prove.measures(layer) == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9,
+                                                   "one_pixel": 9, "ring": 8, "sides": 4})
     layer.encoding.alpha = 1.0  # heads spread: no pixel holds half a head's mass
     assert prove.grid_coverage(layer) == 0 and prove.locality(layer, 3) < 0.9
+    assert prove.around_query(layer) == {"one_pixel": 0, "ring": 0, "sides": 0}
+
+
+def test_around_the_query_counts_one_pixel_heads_by_ring_and_side():
+    layer = prove.conv_to_attention(nn.Conv2d(2, 2, 3, padding=1), alpha=50.0).attention
+    layer.set_grid((9, 9))
+    with torch.no_grad():  # two heads on one pixel, one two pixels away, the rest above-right
+        layer.encoding.centers.copy_(torch.tensor([[-1, 0], [-1, 1], [0, 1], [0, 1], [-2, 2], [-1, 0],
+                                                   [0, 1], [-1, 1], [-0.5, 0.5]]))
+    assert prove.around_query(layer) == {"one_pixel": 4, "ring": 3, "sides": 2}  # above and right
+    layer.encoding.centers.data[0] = torch.tensor([1.0, -1.0])  # below-left
+    assert prove.around_query(layer) == {"one_pixel": 5, "ring": 4, "sides": 4}
+    assert prove.around_query(layer, mass=1.01) == {"one_pixel": 0, "ring": 0, "sides": 0}
 
 
 def test_a_uniform_layer_has_the_window_share_of_the_grid():
@@ -334,7 +349,7 @@ def test_a_uniform_layer_has_the_window_share_of_the_grid():
     layer.encoding.alpha = 0.0
     found = prove.measures(layer)
     assert found["locality_3x3"] == pytest.approx(9 / 256) and found["locality_5x5"] == pytest.approx(25 / 256)
-    assert found["coverage"] == 0
+    assert found["coverage"] == found["one_pixel"] == 0
     with pytest.raises(ValueError, match="no centers"):
         prove.grid_coverage(SelfAttention2d(8, heads=4, grid=(6, 6), encoding="learned"))
 
@@ -538,7 +553,7 @@ def test_synthetic_needs_spatial_patterns():
 def small_config(tmp_path, **kw) -> train_lib.Config:
     return train_lib.Config(**dict(dataset="synthetic", encoding="quadratic", layers=1, dim=16, ffn_dim=32,
                                    heads=4, subset=300, batch_size=50, epochs=2, lr=0.05,
-                                   out=str(tmp_path / "run"), device="cpu", bf16=False) | kw)
+                                   out=str(tmp_path / "run"), device="cpu", precision="fp32") | kw)
 
 
 def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
@@ -551,20 +566,67 @@ def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
 
 
 def test_presets_and_flags():
-    cfg = train_lib.parse_config(["--preset", "tiny", "--epochs", "3", "--encoding", "learned", "--no-bf16"])
-    assert (cfg.epochs, cfg.dim, cfg.encoding, cfg.bf16, cfg.lr) == (3, 64, "learned", False, 0.1)
+    cfg = train_lib.parse_config(["--preset", "tiny", "--epochs", "3", "--encoding", "learned", "--precision", "fp32"])
+    assert (cfg.epochs, cfg.dim, cfg.encoding, cfg.precision, cfg.lr) == (3, 64, "learned", "fp32", 0.1)
     paper = train_lib.parse_config([])
     assert (paper.epochs, paper.batch_size, paper.dim, paper.heads, paper.weight_decay, paper.warmup) == (300, 100, 400, 9, 1e-4, 0.05)
-    assert (paper.dropout, paper.attention_dropout, paper.position_lr, paper.bf16) == (0.1, 0.1, 1.0, None)
+    assert (paper.dropout, paper.attention_dropout, paper.position_lr, paper.precision) == (0.1, 0.1, 1.0, "auto")
+    assert (paper.position_optimizer, paper.center_std) == ("sgd", 2.0)
     laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
     assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 10, 2, 1.0, 0.05)
 
 
-def test_bf16_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setattr(train_lib, "bf16_pays", lambda device: True)
-    train_lib.run(small_config(tmp_path / "a", bf16=None, epochs=1))
-    assert model_lib.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["bf16"] is True
-    assert json.loads((tmp_path / "a" / "run" / "config.json").read_text())["bf16"] is True
+def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_lib, "choose_precision", lambda device: ("bf16", "bf16: faked"))
+    train_lib.run(small_config(tmp_path / "a", precision="auto", epochs=1))
+    assert model_lib.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["precision"] == "bf16"
+    record = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
+    assert record["precision"] == "bf16" and record["environment"]["precision"] == "bf16: faked"
+    assert "bf16: faked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device, capability, speedup, expected", [
+    ("cuda", (7, 5), None, "fp16"), ("cuda", (7, 0), None, "fp16"), ("cuda", (8, 0), None, "bf16"),
+    ("cuda", (9, 0), None, "bf16"), ("cpu", None, 0.9, "fp32"), ("cpu", None, 2.3, "bf16"), ("mps", None, None, "fp32")])
+def test_precision_is_what_the_hardware_computes_natively(monkeypatch, device, capability, speedup, expected):
+    """A T4 (7.5) or V100 (7.0) gets fp16 with a scaler, not the bf16 that is_bf16_supported() allows by emulation."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(train_lib, "cpu_bf16_speedup", lambda: speedup)
+    precision, reason = train_lib.choose_precision(torch.device(device))
+    assert precision == expected and reason.startswith(expected)
+    assert (f"capability {capability[0]}.{capability[1]}" in reason) if capability else True
+    assert (f"{speedup:.1f}x fp32" in reason) if speedup else True
+
+
+def test_fp16_with_a_gradient_scaler_trains_and_checkpoints_the_scaler(tmp_path):
+    last = train_lib.run(small_config(tmp_path, precision="fp16", epochs=3, subset=600))
+    saved = model_lib.load_checkpoint(tmp_path / "run")[0]
+    assert saved["scaler"]["scale"] > 0 and saved["scaler"]["_growth_tracker"] >= 0
+    losses = [m["train_loss"] for m in saved["metrics"]]
+    assert losses[-1] < losses[0] and math.isfinite(last["test_loss"])
+
+
+def test_a_run_directory_is_never_overwritten_by_a_new_run(tmp_path):
+    train_lib.run(small_config(tmp_path, epochs=1))
+    before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    with pytest.raises(ValueError, match="holds a run: continue it with --resume"):
+        train_lib.run(small_config(tmp_path, epochs=1, lr=0.01))
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
+    progress = train_lib.Progress(500, 150_000, 100, torch.device("cpu"), enabled=True)
+    for seconds in (30.0, 2.0, 2.0, 2.0):  # the first step is warm-up
+        progress.step(seconds, progress.steps + 1, lambda: "loss 2.3")
+    err = capsys.readouterr().err
+    assert "estimate: 2.00 s a step, 149,996 steps to go: 3 days" in err and "--preset laptop" in err
+    quick = train_lib.Progress(500, 2000, 100, torch.device("cpu"), enabled=True)
+    for _ in range(4):
+        quick.step(0.4, quick.steps + 1, lambda: "")
+    err = capsys.readouterr().err
+    assert "13.3 min" in err and "--preset laptop" not in err
 
 
 @pytest.mark.parametrize("encoding, undecayed", [
@@ -608,9 +670,11 @@ def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
     assert last["test_acc"] > 0.3  # chance is 0.1
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, bf16):
-    train_lib.run(small_config(tmp_path / "a", bf16=bf16))
+@pytest.mark.parametrize("precision, position_optimizer", [("fp32", "sgd"), ("bf16", "sgd"), ("fp16", "sgd"),
+                                                          ("fp32", "adam")])
+def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, position_optimizer):
+    kw = dict(precision=precision, position_optimizer=position_optimizer)
+    train_lib.run(small_config(tmp_path / "a", **kw))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
     real_save = train_lib.atomic_save
@@ -621,7 +685,7 @@ def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, bf16):
 
     monkeypatch.setattr(train_lib, "atomic_save", killed_after_first_checkpoint)
     with pytest.raises(SystemExit):
-        train_lib.run(small_config(tmp_path / "b", bf16=bf16))
+        train_lib.run(small_config(tmp_path / "b", **kw))
     monkeypatch.setattr(train_lib, "atomic_save", real_save)
     assert torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 1
     train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
@@ -658,7 +722,7 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
 
 
 TRAIN_FLAGS = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32", "--heads", "4",
-               "--subset", "3000", "--batch-size", "20", "--epochs", "2", "--device", "cpu", "--no-bf16"]
+               "--subset", "3000", "--batch-size", "20", "--epochs", "2", "--device", "cpu", "--precision", "fp32"]
 
 
 def train_process(*args):
@@ -777,7 +841,7 @@ def test_three_process_gloo_run_has_identical_weights_and_counts_every_test_imag
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
            "train.py", "--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32",
            "--heads", "4", "--subset", "600", "--batch-size", "60", "--epochs", "2", "--device", "cpu",
-           "--eval-batch-size", "300", "--no-bf16", "--out", str(tmp_path / "ddp")]  # fp32, as the reference
+           "--eval-batch-size", "300", "--precision", "fp32", "--out", str(tmp_path / "ddp")]  # fp32, as the reference
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for attempt in range(2):  # a Gloo process once died of SIGABRT on this 2-core machine; not reproduced since
         result = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env, timeout=300)
@@ -881,6 +945,41 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "all.pt"), finetune=False))
 
 
+# ---- Seeds: runs that differ only in seed are one experiment ---------------------------------
+
+def write_run(path: Path, seed: int, accs: list, layer: dict = None, **config):
+    path.mkdir(parents=True)
+    record = dict(encoding="quadratic", lr=0.05, seed=seed, out=str(path), environment={"commit": str(seed)}) | config
+    (path / "config.json").write_text(json.dumps(record))
+    lines = [dict(epoch=e + 1, test_acc=a, seconds=60.0 * (e + 1) * (seed + 1)) | ({"layers": [layer]} if layer else {})
+             for e, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return path
+
+
+def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp_path):
+    measures = lambda ring, loc: dict(locality_3x3=loc, locality_5x5=0.9, one_pixel=ring + 1, ring=ring, sides=4, coverage=ring)
+    runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], measures(ring, loc))
+            for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
+    runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
+    groups = compare.group([compare.load_run(r) for r in runs])
+    assert sorted(len(g) for g in groups.values()) == [1, 3]
+    a = compare.summarize(next(g for g in groups.values() if len(g) == 3))
+    assert a["seeds"] == [0, 1, 2] and a["epochs"] == 2
+    assert a["test_acc"] == pytest.approx(dict(mean=0.6, std=0.1, min=0.5, max=0.7))  # std over 3 seeds, n - 1
+    assert a["minutes"] == pytest.approx(dict(mean=4.0, std=2.0, min=2.0, max=6.0))
+    assert a["layers"][0]["ring"] == pytest.approx(dict(mean=7.0, std=1.0, min=6.0, max=8.0))
+    assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
+    text = compare.table(groups)
+    assert "| lr=0.05 | 0,1,2 | 2 | 0.600 ± 0.100 (0.500-0.700) | 0.700 (0.600-0.800) | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 | 7.0 (6.0-8.0) |" in text
+    assert "| lr=0.1 | 0 | 2 | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
+    assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
+    with pytest.raises(ValueError, match="repeat a seed"):
+        compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        compare.load_run(tmp_path)
+
+
 # ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------
 
 def test_probability_regions_of_a_known_gaussian_hold_their_mass():
@@ -911,7 +1010,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
-        "locality_3x3", "locality_5x5", "coverage"}
+        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]

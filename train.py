@@ -33,9 +33,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data as data_lib
+import prove
 from model import (MODELS, atomic_save, checkpoint_dict, environment, keep_freed_memory, load_checkpoint,
                    model_from_config, option, parse_flags)
 
+PRECISIONS = ("fp32", "bf16", "fp16")
 PRESETS = {
     "paper": {},  # Appendix A.4 and the authors' code: the defaults below
     # Both CPU presets differ from A.4 in: 2 layers of width 64 (FFN 128; ResNet18 of base
@@ -72,6 +74,8 @@ class Config:
                                             "step does not shrink with their tiny gradients", choices=["sgd", "adam"])
     center_std: float = option(2.0, "standard deviation of the initial head centers (the authors' code: 2; "
                                     "the paper writes N(0, 2I), i.e. 1.41)")
+    grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus that draw "
+                                     "(ConViT's local init; A.4: no)")
     warmup: float = option(0.05, "fraction of steps of linear warm-up")
     layers: int = option(6, "attention blocks")
     heads: object = option(9, "one number, or one per layer (pruned models)", type=int)
@@ -87,8 +91,10 @@ class Config:
     seed: int = option(0, "the one seed of the run")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
     compile: bool = option(False, "torch.compile the model")
-    bf16: bool | None = option(None, "bf16 autocast (default: where the hardware computes bf16 faster "
-                                     "than fp32, measured once at the start)")
+    precision: str = option("auto", "matrix products in fp32, or autocast to bf16, or to fp16 with a gradient "
+                                    "scaler; auto: what the hardware computes natively (CUDA capability >= 8.0: "
+                                    "bf16; below: fp16; a CPU: bf16 where it measures 1.5x fp32)",
+                            choices=("auto",) + PRECISIONS)
 
 
 class TrainingError(RuntimeError):
@@ -162,14 +168,8 @@ def make_optimizers(model, cfg: Config) -> list:
     return [sgd, torch.optim.Adam(adam)] if adam else [sgd]
 
 
-def bf16_pays(device: torch.device) -> bool:
-    """Whether bf16 autocast speeds this device up: a CUDA GPU that supports bf16, or a CPU whose
-    bf16 matrix product (AVX512-BF16, AMX) measures at least 1.5x its fp32 one."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return False
-
+def cpu_bf16_speedup() -> float:
+    """How many times faster this CPU multiplies bf16 matrices than fp32 ones (AVX512-BF16 and AMX: > 1)."""
     def seconds(dtype):
         a = torch.randn(512, 512).to(dtype)
         a @ a  # warm-up
@@ -178,7 +178,24 @@ def bf16_pays(device: torch.device) -> bool:
             a @ a
         return time.perf_counter() - start
 
-    return seconds(torch.float32) > 1.5 * seconds(torch.bfloat16)
+    return seconds(torch.float32) / seconds(torch.bfloat16)
+
+
+def choose_precision(device: torch.device) -> tuple:
+    """(precision, the one-line reason): what the device computes natively. CUDA: bf16 from
+    capability 8.0 (A100, H100, RTX 30xx); below it (T4, V100) fp16 tensor cores with a gradient
+    scaler, since there bf16 is emulated (torch.cuda.is_bf16_supported() answers True for
+    emulation). MPS: fp32 (float16 autocast exists there, but its speed and range for this model
+    are unmeasured). A CPU: bf16 when its product measures at least 1.5x fp32."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major >= 8:
+            return "bf16", f"bf16: CUDA capability {major}.{minor}"
+        return "fp16", f"fp16 with a gradient scaler: CUDA capability {major}.{minor} has no bf16 units"
+    if device.type != "cpu":
+        return "fp32", f"fp32: {device.type.upper()} mixed precision is unmeasured"
+    speedup = cpu_bf16_speedup()
+    return ("bf16" if speedup >= 1.5 else "fp32"), f"{'bf16' if speedup >= 1.5 else 'fp32'}: CPU bf16 product {speedup:.1f}x fp32"
 
 
 def warmup_cosine(total_steps: int, warmup: float):
@@ -216,27 +233,51 @@ def keep_epochs(path: Path, last: int):
         path.write_text("".join(l + "\n" for l in lines))
 
 
+def duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.0f} days"
+
+
 class Progress:
-    """A bar within the epoch on a terminal; four lines an epoch in a log file."""
+    """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines an epoch
+    in a log file) with images/s and the whole run's remaining training time, and after the
+    first steps one estimate of the whole run, with a warning when a CPU would take over a day."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled, self.tty = total, enabled, sys.stderr.isatty()
-        self.last, self.next_quarter = 0.0, total // 4
+    def __init__(self, steps_per_epoch: int, total_steps: int, batch_size: int, device, enabled: bool):
+        self.steps_per_epoch, self.total_steps, self.batch_size = steps_per_epoch, total_steps, batch_size
+        self.device, self.enabled, self.tty = device, enabled, sys.stderr.isatty()
+        self.steps, self.seconds, self.last_print = 0, 0.0, 0.0
 
-    def update(self, step: int, text):
-        if not self.enabled:
+    def step(self, seconds: float, done: int, text):
+        """A step of `seconds` (the first of a process is warm-up, not timed); `done` steps of the run so far."""
+        self.steps += 1
+        self.seconds += seconds if self.steps > 1 else 0.0
+        if not self.enabled or self.steps < 2:
             return
-        if self.tty and time.time() - self.last > 0.5:
-            bar = "#" * (30 * step // self.total)
-            print(f"\r  [{bar:<30}] {step}/{self.total} {text()}", end="", file=sys.stderr, flush=True)
-            self.last = time.time()
-        elif not self.tty and step >= self.next_quarter > 0:
-            print(f"  {step}/{self.total} {text()}", file=sys.stderr, flush=True)
-            self.next_quarter += self.total // 4
+        per_step = self.seconds / (self.steps - 1)
+        remaining = (self.total_steps - done) * per_step
+        if self.steps == 4:
+            warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
+                       if self.device.type == "cpu" and remaining > 86400 else "")
+            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go: "
+                  f"{duration(remaining)}{warning}", file=sys.stderr, flush=True)
+        in_epoch = (done - 1) % self.steps_per_epoch + 1
+        on_terminal = self.tty and time.time() - self.last_print > 0.5
+        if not on_terminal and (self.tty or in_epoch % max(1, self.steps_per_epoch // 4)):
+            return
+        line = (f"{in_epoch}/{self.steps_per_epoch} {text()}, {self.batch_size / per_step:.0f} img/s, "
+                f"run ETA {duration(remaining)}")
+        if on_terminal:
+            bar = "#" * (30 * in_epoch // self.steps_per_epoch)
+            print(f"\r  [{bar:<30}] {line}", end="", file=sys.stderr, flush=True)
+            self.last_print = time.time()
+        else:
+            print(f"  {line}", file=sys.stderr, flush=True)
 
-    def close(self):
+    def end_epoch(self):
         if self.enabled and self.tty:
-            print("\r" + " " * 79 + "\r", end="", file=sys.stderr, flush=True)
+            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
 
 
 class Stop(KeyboardInterrupt):
@@ -287,7 +328,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, device, rank: int, world: int, model=None, checkpoint=None):
         self.cfg, self.device, self.world, self.writer = cfg, device, world, rank == 0
-        self.out = Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
+        self.out = run_directory(cfg)
         train, test = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
         train = data_lib.training_subset(train, cfg.subset, cfg.seed)
         self.sizes = len(train.labels), len(test.labels)
@@ -311,7 +352,13 @@ class Trainer:
             self.restore(checkpoint)
         net = torch.nn.parallel.DistributedDataParallel(self.model) if world > 1 else self.model
         self.net = torch.compile(net) if cfg.compile else net
-        self.autocast = (lambda: torch.autocast(device.type, torch.bfloat16)) if cfg.bf16 else contextlib.nullcontext
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype)) if dtype else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")  # fp16's small range
+        if checkpoint and checkpoint.get("scaler"):
+            self.scaler.load_state_dict(checkpoint["scaler"])
+        if device.type == "cuda" and cfg.precision == "fp32":
+            torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
 
     def restore(self, checkpoint: dict):
         self.model.load_state_dict(checkpoint["model"])
@@ -331,13 +378,14 @@ class Trainer:
     def save(self):
         if self.writer:
             partial = self.sums.tolist() + [self.seconds]
-            atomic_save(checkpoint_dict(self.model, self.optimizers, self.schedulers, self.cfg, self.epoch,
-                                        self.step, partial, self.history), self.out / "checkpoint.pt")
+            checkpoint = checkpoint_dict(self.model, self.optimizers, self.schedulers, self.cfg, self.epoch,
+                                         self.step, partial, self.history)
+            atomic_save(checkpoint | {"scaler": self.scaler.state_dict()}, self.out / "checkpoint.pt")
 
-    def start_logs(self):
+    def start_logs(self, reason: str):
         """config.json, and the logs trimmed to the checkpoint's epoch (a resumed run rewrites the rest)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        record = asdict(self.cfg) | {"environment": environment(self.device)}
+        record = asdict(self.cfg) | {"environment": environment(self.device) | {"precision": reason}}
         (self.out / "config.json").write_text(json.dumps(record, indent=1))
         keep_epochs(self.out / "metrics.jsonl", self.epoch)
         keep_epochs(self.out / "heads.jsonl", self.epoch)
@@ -345,14 +393,14 @@ class Trainer:
             append_jsonl(self.out / "heads.jsonl", {"epoch": 0, "layers": head_snapshot(self.model)})
         print(f"{self.cfg.encoding} on {self.cfg.dataset} ({self.sizes[0]} train / {self.sizes[1]} test images), "
               f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
-              f"{', bf16' if self.cfg.bf16 else ''}, {self.world} process(es) -> {self.out}", flush=True)
+              f", {reason}, {self.world} process(es) -> {self.out}", flush=True)
 
-    def train_epoch(self, stop: StopSignal):
+    def train_epoch(self, stop: StopSignal, progress: Progress):
         """The remaining batches of self.epoch (A.4: SGD, the schedule stepped every batch)."""
         self.net.train()
-        bar = Progress(len(self.train_batches), self.writer)
         started = time.time() - self.seconds
         for x, y in self.train_batches.epoch(self.epoch, self.step):
+            step_started = time.time()
             signum = stop.requested()
             if signum:  # a batch boundary: what is saved here resumes exactly
                 self.seconds = time.time() - started
@@ -362,17 +410,19 @@ class Trainer:
             loss = F.cross_entropy(logits, y)
             for optimizer in self.optimizers:
                 optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            self.scaler.scale(loss).backward()  # fp16: a scaled loss; else unchanged
             for optimizer, scheduler in zip(self.optimizers, self.schedulers):
-                optimizer.step()
+                self.scaler.step(optimizer)
                 scheduler.step()
+            self.scaler.update()
             self.step += 1
             self.sums += torch.stack([loss.detach() * len(y), (logits.argmax(1) == y).sum(),
                                       torch.tensor(len(y), device=self.device)]).double()
             if self.step % 50 == 0 and not torch.isfinite(self.sums[0]):
                 break
-            bar.update(self.step, lambda: f"loss {self.sums[0].item() / self.sums[2].item():.3f}")
-        bar.close()
+            progress.step(time.time() - step_started, self.epoch * len(self.train_batches) + self.step,
+                          lambda: f"loss {self.sums[0].item() / self.sums[2].item():.3f}")
+        progress.end_epoch()
         self.seconds = time.time() - started
 
     def evaluate(self) -> tuple:
@@ -406,6 +456,8 @@ class Trainer:
                       lr=self.optimizers[0].param_groups[0]["lr"], images_per_s=sums[2].item() / max(self.seconds, 1e-9),
                       seconds=before + time.time() - started)
         record["best_test_acc"] = max([test_acc] + [m["test_acc"] for m in self.history])
+        if self.writer and getattr(self.model, "attention_layers", None):  # how convolution-like, per layer
+            record["layers"] = prove.layer_measures(self.model)
         self.history.append(record)
         if self.writer:  # logs first: a resumed run drops lines past its checkpoint's epoch
             append_jsonl(self.out / "metrics.jsonl", record)
@@ -435,11 +487,13 @@ class Trainer:
 
     def fit(self) -> dict:
         """Every remaining epoch; Ctrl-C or SIGTERM saves at a batch boundary and raises Stop."""
+        steps = len(self.train_batches)
+        progress = Progress(steps, self.cfg.epochs * steps, self.cfg.batch_size, self.device, self.writer)
         with StopSignal(self.device, self.world, self.writer) as stop:
             try:
                 while self.epoch < self.cfg.epochs:
                     started = time.time() - self.seconds
-                    self.train_epoch(stop)
+                    self.train_epoch(stop, progress)
                     self.print_epoch(self.end_epoch(started))
             except Stop:
                 self.save()
@@ -456,20 +510,34 @@ class Trainer:
         return self.history[-1]
 
 
+def run_directory(cfg: Config) -> Path:
+    return Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
+
+
 def settle(cfg: Config, device, world: int) -> tuple:
-    """The run's final config (a resumed run's own, bf16 decided) and checkpoint, or None."""
+    """The run's final config (a resumed run's own, precision decided), checkpoint (or None)
+    and why it computes in that precision."""
     if cfg.resume:
         checkpoint, path = load_checkpoint(cfg.resume)
-        return Config(**(checkpoint["config"] | dict(resume=cfg.resume, device=cfg.device, out=str(path.parent)))), checkpoint
+        config = dict(checkpoint["config"])
+        if "bf16" in config:  # recorded before --precision
+            config["precision"] = "bf16" if config.pop("bf16") else "fp32"
+        cfg = Config(**(config | dict(resume=cfg.resume, device=cfg.device, out=str(path.parent))))
+        return cfg, checkpoint, f"{cfg.precision}: as the run started"
     check_config(cfg)
+    out = run_directory(cfg)
+    if (out / "checkpoint.pt").exists() or (out / "metrics.jsonl").exists():
+        raise ValueError(f"{out} holds a run: continue it with --resume {out}, or choose another --out")
     if cfg.batch_size % world:
         raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
-    if cfg.bf16 is None:  # decided once, stored in the checkpoint: a resumed run computes alike
-        pays = torch.tensor(float(bf16_pays(device)), device=device)
-        if world > 1:
-            dist.all_reduce(pays, dist.ReduceOp.MIN)  # every process decides alike
-        cfg = replace(cfg, bf16=bool(pays.item()))
-    return cfg, None
+    if cfg.precision != "auto":
+        return cfg, None, f"{cfg.precision}: --precision"
+    precision, reason = choose_precision(device)  # decided once, stored in the checkpoint: a resumed run computes alike
+    if world > 1:  # every process computes as the first decided
+        choice = torch.tensor(PRECISIONS.index(precision), device=device)
+        dist.broadcast(choice, 0)
+        precision = PRECISIONS[int(choice.item())]
+    return replace(cfg, precision=precision), None, reason
 
 
 def run(cfg: Config, model=None) -> dict:
@@ -479,7 +547,7 @@ def run(cfg: Config, model=None) -> dict:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     try:
-        cfg, checkpoint = settle(cfg, device, world)
+        cfg, checkpoint, reason = settle(cfg, device, world)
         trainer = Trainer(cfg, device, rank, world, model, checkpoint)
         if trainer.epoch >= cfg.epochs:
             last = trainer.history[-1]
@@ -487,7 +555,7 @@ def run(cfg: Config, model=None) -> dict:
                   "nothing to do. To train longer, start a new run: the schedule is fixed by --epochs.")
             return last
         if trainer.writer:
-            trainer.start_logs()
+            trainer.start_logs(reason)
         last = trainer.fit()
     finally:
         if world > 1 and dist.is_initialized():

@@ -238,18 +238,14 @@ def print_concentration(model, inputs):
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
 
-def layer_measures(model) -> list:
-    """prove.measures of every position-only attention layer (None for content layers)."""
-    return [None if layer.content else prove.measures(layer) for layer in model.attention_layers]
-
-
 def print_measures(found: list, out: Path):
     """Print how convolution-like each layer is and write measures.json to `out`."""
-    print("how convolution-like each layer is (central query; prove.locality, prove.grid_coverage):")
+    print("how convolution-like each layer is (central query; prove.locality, around_query, grid_coverage):")
     for i, m in enumerate(found):
         text = "content layer: no fixed kernel" if m is None else (
             f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}"
-            + (f"  coverage {m['coverage']}" if "coverage" in m else ""))
+            + f"  one-pixel heads on {m['one_pixel']} pixels, {m['ring']} of the 8 around the query, "
+              f"on {m['sides']} of its 4 sides" + (f"  coverage {m['coverage']}" if "coverage" in m else ""))
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
@@ -294,7 +290,7 @@ def visualize(cfg: Config) -> list:
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
         print_concentration(model, inputs)
-        print_measures(layer_measures(model), out)
+        print_measures(prove.layer_measures(model), out)
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
         ids = kept_heads(run, model)

@@ -1,0 +1,153 @@
+"""Runs that differ only in their seed are one experiment: mean and spread over the seeds.
+
+    python compare.py results/grid/*                # a Markdown table, a row an experiment
+    python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band
+
+A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
+every setting of their config except the seed and what does not change the computation
+(run directory, resume, device, data folder, torch.compile, environment record). For each
+group: the seeds, the final epoch's test accuracy (mean, standard deviation over seeds,
+min-max), each measure of each attention layer at the final epoch (prove.measures, logged
+by train.py every epoch: mean and min-max) and the wall time.
+"""
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from model import option, parse_flags
+
+NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
+MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "coverage")
+
+
+@dataclass
+class Config:
+    runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
+    out: str = option("", "folder for the accuracy-curves figure (none without it)")
+
+
+def load_run(path) -> dict:
+    path = Path(path)
+    if not (path / "config.json").exists() or not (path / "metrics.jsonl").exists():
+        raise FileNotFoundError(f"{path} is not a run directory (no config.json and metrics.jsonl)")
+    metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    if not metrics:
+        raise ValueError(f"{path} has not finished an epoch")
+    return dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics)
+
+
+def group(runs: list) -> dict:
+    """Runs by experiment: the config without the seed (and settings that compute alike)."""
+    groups = {}
+    for run in runs:
+        key = json.dumps({k: v for k, v in run["config"].items() if k not in NOT_THE_EXPERIMENT}, sort_keys=True)
+        groups.setdefault(key, []).append(run)
+    for key, members in groups.items():
+        seeds = [r["config"]["seed"] for r in members]
+        if len(set(seeds)) < len(seeds):
+            raise ValueError(f"runs {', '.join(str(r['path']) for r in members)} repeat a seed of one experiment")
+    return groups
+
+
+def spread(values: list) -> dict:
+    """Mean, sample standard deviation (0 for one value), min and max."""
+    return dict(mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else 0.0,
+                min=min(values), max=max(values))
+
+
+def summarize(members: list) -> dict:
+    """One experiment: seeds, final test accuracy, per-layer measures and wall time, each spread over seeds."""
+    finals = [r["metrics"][-1] for r in members]
+    if len({m["epoch"] for m in finals}) > 1:
+        stops = ", ".join(f"{r['path']} ({m['epoch']})" for r, m in zip(members, finals))
+        raise ValueError(f"runs of one experiment stopped at different epochs: {stops}")
+    layers = [m.get("layers") for m in finals]
+    per_layer = []
+    if all(layers):
+        for i in range(len(layers[0])):
+            found = [l[i] for l in layers]
+            per_layer.append(None if None in found else
+                             {k: spread([f[k] for f in found]) for k in MEASURES if k in found[0]})
+    return dict(seeds=sorted(r["config"]["seed"] for r in members), epochs=finals[0]["epoch"],
+                test_acc=spread([m["test_acc"] for m in finals]), minutes=spread([m["seconds"] / 60 for m in finals]),
+                layers=per_layer)
+
+
+def labels(groups: dict) -> dict:
+    """A name for each experiment: the settings in which it differs from the others."""
+    configs = {key: json.loads(key) for key in groups}
+    names = set().union(*configs.values())
+    differ = sorted(k for k in names if len({json.dumps(c.get(k)) for c in configs.values()}) > 1)
+    return {key: " ".join(f"{k}={c.get(k)}" for k in differ) or c["encoding"] for key, c in configs.items()}
+
+
+def cell(s: dict, digits: int) -> str:
+    if s["min"] == s["max"]:
+        return f"{s['mean']:.{digits}f}"
+    return f"{s['mean']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+
+def table(groups: dict) -> str:
+    """Markdown: an experiment a row; test accuracy mean ± std (min-max); each layer's measures mean (min-max)."""
+    summaries = {key: summarize(members) for key, members in groups.items()}
+    n_layers = max((len(s["layers"]) for s in summaries.values()), default=0)
+    head = ["experiment", "seeds", "epochs", "test acc, mean ± std (min-max)"]
+    for i in range(1, n_layers + 1):
+        head += [f"L{i} locality 3x3", f"L{i} one-pixel heads / ring / sides", f"L{i} coverage"]
+    rows = [head, ["---"] * len(head)]
+    for key, name in labels(groups).items():
+        s = summaries[key]
+        acc = s["test_acc"]
+        row = [name, ",".join(map(str, s["seeds"])), str(s["epochs"]),
+               f"{acc['mean']:.3f} ± {acc['std']:.3f} ({acc['min']:.3f}-{acc['max']:.3f})"]
+        for i in range(n_layers):
+            m = s["layers"][i] if i < len(s["layers"]) else None
+            if not m:
+                row += ["-"] * 3
+                continue
+            row += [cell(m["locality_3x3"], 3), " / ".join(cell(m[k], 1) for k in ("one_pixel", "ring", "sides")),
+                    cell(m["coverage"], 1) if "coverage" in m else "-"]
+        rows.append(row)
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def curves_figure(groups: dict, out: Path) -> Path:
+    """Test accuracy per epoch: each experiment's mean over seeds, its min-max band shaded."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for key, name in labels(groups).items():
+        per_run = [[m["test_acc"] for m in r["metrics"]] for r in groups[key]]
+        epochs = range(1, min(map(len, per_run)) + 1)
+        columns = list(zip(*per_run))
+        mean = [statistics.fmean(c) for c in columns]
+        line, = ax.plot(epochs, mean, "-o", ms=3, label=f"{name} ({len(per_run)} seeds)")
+        ax.fill_between(epochs, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("epoch"), ax.set_ylabel("test accuracy")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "accuracy_over_seeds.png", dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return out / "accuracy_over_seeds.png"
+
+
+def main():
+    cfg = Config(**parse_flags(Config, __doc__))
+    try:
+        groups = group([load_run(path) for path in cfg.runs])
+        print(table(groups))
+        if cfg.out:
+            print(f"wrote {curves_figure(groups, Path(cfg.out))}")
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
