@@ -261,7 +261,7 @@ def learnability(cfg: Config):
     target = nn.Conv2d(8, 8, 3, padding=1)
     model = conv_to_attention(nn.Conv2d(8, 8, 3, padding=1), alpha=1.0)  # W random, like a new conv
     with torch.no_grad():
-        model.attention.encoding.centers.normal_(0, 2)  # the paper's initialization
+        model.attention.encoding.centers.normal_(0, 2)  # as the authors' code draws them (the paper writes N(0, 2I))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, cfg.lr, total_steps=cfg.steps)
     path = [model.attention.encoding.centers.detach().clone()]

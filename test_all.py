@@ -573,7 +573,8 @@ def test_presets_and_flags():
     assert (paper.dropout, paper.attention_dropout, paper.position_lr, paper.precision) == (0.1, 0.1, 1.0, "auto")
     assert (paper.position_optimizer, paper.center_std) == ("sgd", 2.0)
     laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
-    assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 10, 2, 1.0, 0.05)
+    assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 4, 2, 1.0, 0.05)
+    assert (laptop.grid_start, laptop.center_std) == (True, 0.5)
 
 
 def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
