@@ -1,7 +1,8 @@
 """Runs that differ only in their seed are one experiment: mean and spread over the seeds.
 
     python compare.py results/grid/*                # a Markdown table, a row an experiment
-    python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band
+    python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band,
+                                                    # and each run's Fig. 2 side by side (--layer)
 
 A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
 every setting of their config except the seed and what does not change the computation
@@ -21,6 +22,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+import visualize
+from attention import SelfAttention2d
 from model import option, parse_flags
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
@@ -30,7 +33,8 @@ MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "cover
 @dataclass
 class Config:
     runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
-    out: str = option("", "folder for the accuracy-curves figure (none without it)")
+    out: str = option("", "folder for the figures (none without it)")
+    layer: int = option(1, "the layer whose head centers the side-by-side Fig. 2 shows")
 
 
 def load_run(path) -> dict:
@@ -138,6 +142,27 @@ def curves_figure(groups: dict, out: Path) -> Path:
     return out / "accuracy_over_seeds.png"
 
 
+def grids_figure(runs: list, layer: int, out: Path, zoom: int = 4) -> Path:
+    """Fig. 2 of every run with head centers (heads.jsonl), side by side: the layer's centers
+    from initialization (x) over training, and the final 50% / 90% regions, within `zoom` pixels."""
+    runs = [r for r in runs if (r["path"] / "heads.jsonl").exists()]
+    if not runs:
+        raise ValueError("no run has heads.jsonl (quadratic or gaussian heads)")
+    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.4), squeeze=False)
+    for run, ax in zip(runs, axes[0]):
+        snapshots = [json.loads(line)["layers"][layer - 1] for line in (run["path"] / "heads.jsonl").read_text().splitlines()]
+        heads = len(snapshots[0]["centers"])
+        grid = (run["config"].get("image_size", 32) // 2,) * 2
+        shape = SelfAttention2d(1, heads, grid, run["config"]["encoding"])  # positions only: dim does not matter
+        visualize.draw_trajectories(ax, shape, snapshots, list(range(heads)), f"{run['path'].name}, layer {layer}")
+        ax.get_legend().remove()
+        ax.set_xlim(-zoom - 0.5, zoom + 0.5), ax.set_ylim(zoom + 0.5, -zoom - 0.5)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / f"fig2_side_by_side_layer{layer}.png", dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return out / f"fig2_side_by_side_layer{layer}.png"
+
+
 def main():
     cfg = Config(**parse_flags(Config, __doc__))
     try:
@@ -145,6 +170,7 @@ def main():
         print(table(groups))
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
+            print(f"wrote {grids_figure([r for g in groups.values() for r in g], cfg.layer, Path(cfg.out))}")
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
 
