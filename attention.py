@@ -183,9 +183,7 @@ class Dropout(nn.Dropout):
     """nn.Dropout with half the random draws: each 31-bit integer the generator gives is cut
     into two 15-bit uniforms, so p is rounded to a multiple of 2^-15 (0.1 -> 0.100006) and
     kept values are scaled by 1 / (1 - rounded p). On a CPU, drawing random numbers is most
-    of dropout's time: forward + backward of a [100, 16, 16, 64] tensor took 7.1 ms against
-    nn.Dropout's 13.4 ms on a 2-core EPYC (fp32), and the tiny preset's training step ran
-    12% faster under bf16 (5% in fp32)."""
+    of dropout's time (RESULTS.md measures what halving the draws buys)."""
 
     BITS = 15
 

@@ -46,7 +46,7 @@ class Block(nn.Module):
         super().__init__()
         self.attention = SelfAttention2d(dim, heads, grid, encoding, content, attention_dropout, impl,
                                          center_std=center_std)
-        self.attention_out = nn.Linear(dim, dim)
+        self.attention_out = nn.Linear(dim, dim)  # BERT's output projection after W_out (the authors' code; Table 1's count)
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
         self.norm2 = nn.LayerNorm(dim, eps=eps)
@@ -279,9 +279,8 @@ def keep_freed_memory() -> bool:
 
     By default glibc hands every block over 32 MB back to the operating system when it is
     freed, and trims the heap's top; a training step frees and allocates such blocks every
-    step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time. On a
-    2-core VM that was 20,000-27,000 faults and 60-75 ms of system time per fp32 step of the
-    tiny model, and a seventh of a paper-size layer's time. The price: the process keeps the
+    step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time (on a
+    2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model: RESULTS.md). The price: the process keeps the
     most memory it ever used. True when both settings took."""
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -307,7 +306,7 @@ def paper_flops(model: nn.Module, image_size: int = 32) -> int:
     folded = {m.W_out for m in model.modules() if isinstance(m, SelfAttention2d)}
 
     def hook(m, inputs, out):
-        if isinstance(m, SelfAttention2d):  # its W_out, which the fast path uses as a weight
+        if isinstance(m, SelfAttention2d):  # W_out counted here, at the layer's output, on every path
             per_output = m.W_out.in_features
         else:
             per_output = m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()
