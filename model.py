@@ -280,8 +280,9 @@ def keep_freed_memory() -> bool:
     By default glibc hands every block over 32 MB back to the operating system when it is
     freed, and trims the heap's top; a training step frees and allocates such blocks every
     step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time (on a
-    2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model: RESULTS.md). The price: the process keeps the
-    most memory it ever used. True when both settings took."""
+    2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model:
+    RESULTS.md). The price: the process keeps the most memory it ever used. True when both
+    settings took."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
