@@ -1020,6 +1020,20 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
         compare.load_run(tmp_path)
 
 
+def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
+    runs = []
+    for seed in (0, 1):
+        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5])
+        snapshots = [{"epoch": e, "layers": [{"centers": (kernel * (0.5 + e)).tolist(), "alpha": [0.5 + 2 * e] * 9}]}
+                     for e, kernel in enumerate([attention.kernel_shifts(9)] * 3)]
+        (run / "heads.jsonl").write_text("".join(json.dumps(s) + "\n" for s in snapshots))
+        runs.append(compare.load_run(run))
+    path = compare.grids_figure(runs + [compare.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
+    assert path.name == "fig2_side_by_side_layer1.png" and not_blank(path)
+    with pytest.raises(ValueError, match="no run has heads.jsonl"):
+        compare.grids_figure([compare.load_run(tmp_path / "no-heads")], 1, tmp_path)
+
+
 # ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------
 
 def test_probability_regions_of_a_known_gaussian_hold_their_mass():
