@@ -102,14 +102,14 @@ def table(groups: dict) -> str:
     """Markdown: an experiment a row; test accuracy mean ± std (min-max); each layer's measures mean (min-max)."""
     summaries = {key: summarize(members) for key, members in groups.items()}
     n_layers = max((len(s["layers"]) for s in summaries.values()), default=0)
-    head = ["experiment", "seeds", "epochs", "test acc, mean ± std (min-max)"]
+    head = ["experiment", "seeds", "epochs", "minutes", "test acc, mean ± std (min-max)"]
     for i in range(1, n_layers + 1):
         head += [f"L{i} locality 3x3", f"L{i} one-pixel heads / ring / sides", f"L{i} coverage"]
     rows = [head, ["---"] * len(head)]
     for key, name in labels(groups).items():
         s = summaries[key]
         acc = s["test_acc"]
-        row = [name, ",".join(map(str, s["seeds"])), str(s["epochs"]),
+        row = [name, ",".join(map(str, s["seeds"])), str(s["epochs"]), cell(s["minutes"], 1),
                f"{acc['mean']:.3f} ± {acc['std']:.3f} ({acc['min']:.3f}-{acc['max']:.3f})"]
         for i in range(n_layers):
             m = s["layers"][i] if i < len(s["layers"]) else None
