@@ -67,6 +67,7 @@ class Quadratic(nn.Module):
 
     separable = True
     undecayed = ("centers", "width")  # A.4: no weight decay on a Gaussian's center and spread
+    min_alpha = 0.0  # alpha = min_alpha + s^2 / 2: a floor keeps heads from widening to uniform
 
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
@@ -75,12 +76,12 @@ class Quadratic(nn.Module):
 
     @property
     def alpha(self) -> torch.Tensor:
-        return self.width**2 / 2
+        return self.min_alpha + self.width**2 / 2
 
     @alpha.setter
     def alpha(self, value):
         with torch.no_grad():
-            self.width.copy_(torch.as_tensor(2 * value).sqrt().expand_as(self.width))
+            self.width.copy_(torch.as_tensor(2 * (value - self.min_alpha)).clamp(min=0).sqrt().expand_as(self.width))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]
         d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)

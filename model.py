@@ -63,7 +63,7 @@ class SelfAttentionNet(nn.Module):
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
                  ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
                  content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast",
-                 center_std: float = 2.0, grid_start: bool = False):
+                 center_std: float = 2.0, grid_start: bool = False, min_alpha: float = 0.0):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
@@ -75,6 +75,9 @@ class SelfAttentionNet(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl,
                                           center_std) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
+        for layer in self.attention_layers:
+            if layer.encoding_name == "quadratic":
+                layer.encoding.min_alpha = min_alpha
         if grid_start:  # ConViT's local init: head h starts at the h-th shift of a K x K kernel, plus its draw
             for layer in self.attention_layers:
                 if hasattr(layer.encoding, "centers") and math.isqrt(layer.heads) ** 2 == layer.heads:
@@ -174,7 +177,7 @@ def model_kwargs(config: dict) -> dict:
     kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
     # defaults for runs recorded before these options existed
     return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0),
-                         grid_start=config.get("grid_start", False))
+                         grid_start=config.get("grid_start", False), min_alpha=config.get("min_alpha", 0.0))
 
 
 def model_from_config(config: dict) -> nn.Module:

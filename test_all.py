@@ -332,6 +332,19 @@ def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
     assert prove.around_query(layer) == {"one_pixel": 0, "ring": 0, "sides": 0}
 
 
+def test_a_floor_on_alpha_adds_to_the_width_term_and_reaches_the_layer():
+    net = model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=8, min_alpha=2.0)
+    enc = net.attention_layers[1].encoding
+    torch.testing.assert_close(enc.alpha, 2.0 + enc.width.detach() ** 2 / 2)
+    enc.alpha = 3.0
+    torch.testing.assert_close(enc.alpha, torch.full((9,), 3.0))
+    torch.testing.assert_close(enc.width.data, torch.full((9,), 2**0.5))
+    with torch.no_grad():  # the widest head the floor allows, on the query
+        enc.width.zero_(), enc.centers.zero_()
+    p = prove.central_probs(net.attention_layers[1])
+    assert p.max() == pytest.approx(1 / sum(math.exp(-2.0 * (i * i + j * j)) for i in range(-8, 8) for j in range(-8, 8)))
+
+
 def test_around_the_query_counts_one_pixel_heads_by_ring_and_side():
     layer = prove.conv_to_attention(nn.Conv2d(2, 2, 3, padding=1), alpha=50.0).attention
     layer.set_grid((9, 9))
@@ -571,7 +584,7 @@ def test_presets_and_flags():
     paper = train_lib.parse_config([])
     assert (paper.epochs, paper.batch_size, paper.dim, paper.heads, paper.weight_decay, paper.warmup) == (300, 100, 400, 9, 1e-4, 0.05)
     assert (paper.dropout, paper.attention_dropout, paper.position_lr, paper.precision) == (0.1, 0.1, 1.0, "auto")
-    assert (paper.position_optimizer, paper.center_std) == ("sgd", 2.0)
+    assert (paper.position_optimizer, paper.center_std, paper.grid_start, paper.min_alpha) == ("sgd", 2.0, False, 0.0)
     laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
     assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 3, 2, 1.0, 0.05)
     assert (laptop.grid_start, laptop.center_std) == (True, 0.5)

@@ -77,6 +77,7 @@ class Config:
                                     "the paper writes N(0, 2I), i.e. 1.41)")
     grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus that draw "
                                      "(ConViT's local init; A.4: no)")
+    min_alpha: float = option(0.0, "floor of a quadratic head's alpha (A.4: 0): it cannot widen past it")
     warmup: float = option(0.05, "fraction of steps of linear warm-up")
     layers: int = option(6, "attention blocks")
     heads: object = option(9, "one number, or one per layer (pruned models)", type=int)
