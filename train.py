@@ -197,7 +197,8 @@ def choose_precision(device: torch.device) -> tuple:
     if device.type != "cpu":
         return "fp32", f"fp32: {device.type.upper()} mixed precision is unmeasured"
     speedup = cpu_bf16_speedup()
-    return ("bf16" if speedup >= 1.5 else "fp32"), f"{'bf16' if speedup >= 1.5 else 'fp32'}: CPU bf16 product {speedup:.2g}x fp32"
+    precision = "bf16" if speedup >= 1.5 else "fp32"
+    return precision, f"{precision}: CPU bf16 product {speedup:.2g}x fp32"
 
 
 def warmup_cosine(total_steps: int, warmup: float):
