@@ -164,7 +164,7 @@ def grids_figure(runs: list, layer: int, out: Path, zoom: int = 4) -> Path:
 
 
 def main():
-    cfg = Config(**parse_flags(Config, __doc__))
+    cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
     try:
         groups = group([load_run(path) for path in cfg.runs])
         print(table(groups))
