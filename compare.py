@@ -11,6 +11,7 @@ group: the seeds, the final epoch's test accuracy (mean, standard deviation over
 min-max), each measure of each attention layer at the final epoch (prove.measures, logged
 by train.py every epoch: mean and min-max) and the wall time.
 """
+import dataclasses
 import json
 import statistics
 import sys
@@ -25,6 +26,7 @@ import matplotlib.pyplot as plt
 import visualize
 from attention import SelfAttention2d
 from model import option, parse_flags
+from train import Config as TrainConfig
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
 MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "coverage")
@@ -48,10 +50,13 @@ def load_run(path) -> dict:
 
 
 def group(runs: list) -> dict:
-    """Runs by experiment: the config without the seed (and settings that compute alike)."""
+    """Runs by experiment: the config without the seed (and settings that compute alike). A
+    setting that a run's config lacks (recorded before the option existed) takes its default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     groups = {}
     for run in runs:
-        key = json.dumps({k: v for k, v in run["config"].items() if k not in NOT_THE_EXPERIMENT}, sort_keys=True)
+        config = defaults | run["config"]
+        key = json.dumps({k: v for k, v in config.items() if k not in NOT_THE_EXPERIMENT}, sort_keys=True)
         groups.setdefault(key, []).append(run)
     for key, members in groups.items():
         seeds = [r["config"]["seed"] for r in members]

@@ -1015,8 +1015,9 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
     runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], measures(ring, loc))
             for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
     runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
+    runs.append(write_run(tmp_path / "b1", 1, [0.2, 0.4], lr=0.1, min_alpha=0.0))  # a default written out: the same
     groups = compare.group([compare.load_run(r) for r in runs])
-    assert sorted(len(g) for g in groups.values()) == [1, 3]
+    assert sorted(len(g) for g in groups.values()) == [2, 3]
     a = compare.summarize(next(g for g in groups.values() if len(g) == 3))
     assert a["seeds"] == [0, 1, 2] and a["epochs"] == 2
     assert a["test_acc"] == pytest.approx(dict(mean=0.6, std=0.1, min=0.5, max=0.7))  # std over 3 seeds, n - 1
@@ -1025,7 +1026,7 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
     assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
     text = compare.table(groups)
     assert "| lr=0.05 | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | 0.700 (0.600-0.800) | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 | 7.0 (6.0-8.0) |" in text
-    assert "| lr=0.1 | 0 | 2 | 2.0 | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
+    assert "| lr=0.1 | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
     assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
     with pytest.raises(ValueError, match="repeat a seed"):
         compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
