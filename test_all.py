@@ -587,7 +587,7 @@ def test_presets_and_flags():
     assert (paper.position_optimizer, paper.center_std, paper.grid_start, paper.min_alpha) == ("sgd", 2.0, False, 0.0)
     laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
     assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 3, 2, 1.0, 0.05)
-    assert (laptop.grid_start, laptop.center_std) == (True, 0.5)
+    assert (laptop.grid_start, laptop.center_std, laptop.min_alpha) == (True, 0.5, 1.0)
 
 
 def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
