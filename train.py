@@ -261,7 +261,7 @@ class Progress:
             return
         per_step = self.seconds / (self.steps - 1)
         remaining = (self.total_steps - done) * per_step
-        if self.steps == 4:
+        if self.steps == 2:  # the first timed step: within a minute even where a step takes 30 s
             warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
                        if self.device.type == "cpu" and remaining > 86400 else "")
             print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go: "
