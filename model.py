@@ -255,16 +255,15 @@ def environment(device: torch.device) -> dict:
                 hardware=hardware, cpu_threads=torch.get_num_threads())
 
 
-def cpuinfo(key: str) -> list:
-    """The values of every `key` line of Linux's /proc/cpuinfo (none elsewhere)."""
-    path = Path("/proc/cpuinfo")
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == key]
+def cpu_flags() -> set:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
 
 
 def cpu_class(flags: set = None) -> str:
     """The widest matrix unit of an x86 CPU (Linux's flags): AMX, AVX512-BF16, AVX512, AVX2; else 'unknown'."""
-    flags = {f for line in cpuinfo("flags") for f in line.split()} if flags is None else flags
+    flags = cpu_flags() if flags is None else flags
     for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
         if flag in flags:
             return name
@@ -272,7 +271,9 @@ def cpu_class(flags: set = None) -> str:
 
 
 def cpu_name() -> str:
-    names = cpuinfo("model name")
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
     return names[0] if names else platform.processor() or platform.machine()
 
 

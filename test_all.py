@@ -578,13 +578,6 @@ def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
     assert values[525] == pytest.approx(0.5, abs=0.01) and values[-1] < 1e-4
 
 
-def test_cpu_class_is_the_widest_matrix_unit():
-    assert model_lib.cpu_class({"avx2", "fma"}) == "AVX2"
-    assert model_lib.cpu_class({"avx2", "avx512f", "avx512_bf16"}) == "AVX512-BF16"
-    assert model_lib.cpu_class({"avx2", "avx512f", "amx_bf16", "avx512_bf16"}) == "AMX"
-    assert model_lib.cpu_class(set()) == "unknown"
-
-
 def test_presets_and_flags():
     cfg = train_lib.parse_config(["--preset", "tiny", "--epochs", "3", "--encoding", "learned", "--precision", "fp32"])
     assert (cfg.epochs, cfg.dim, cfg.encoding, cfg.precision, cfg.lr) == (3, 64, "learned", "fp32", 0.1)
