@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import visualize
 from attention import SelfAttention2d
-from model import option, parse_flags
+from model import model_from_config, option, parse_flags
 from train import Config as TrainConfig
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
@@ -36,7 +37,7 @@ MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "cover
 class Config:
     runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
     out: str = option("", "folder for the figures (none without it)")
-    layer: int = option(1, "the layer whose head centers the side-by-side Fig. 2 shows")
+    layer: int = option(1, "the layer that the side-by-side Figs. 2 and 5 show")
 
 
 def load_run(path) -> dict:
@@ -107,21 +108,22 @@ def table(groups: dict) -> str:
     """Markdown: an experiment a row; test accuracy mean ± std (min-max); each layer's measures mean (min-max)."""
     summaries = {key: summarize(members) for key, members in groups.items()}
     n_layers = max((len(s["layers"]) for s in summaries.values()), default=0)
-    head = ["experiment", "seeds", "epochs", "minutes", "test acc, mean ± std (min-max)"]
+    head = ["experiment", "parameters", "seeds", "epochs", "minutes", "test acc, mean ± std (min-max)"]
     for i in range(1, n_layers + 1):
-        head += [f"L{i} locality 3x3", f"L{i} one-pixel heads / ring / sides", f"L{i} coverage"]
+        head += [f"L{i} locality 3x3 / 5x5", f"L{i} one-pixel heads / ring / sides", f"L{i} coverage"]
     rows = [head, ["---"] * len(head)]
     for key, name in labels(groups).items():
         s = summaries[key]
         acc = s["test_acc"]
-        row = [name, ",".join(map(str, s["seeds"])), str(s["epochs"]), cell(s["minutes"], 1),
+        parameters = sum(p.numel() for p in model_from_config(json.loads(key)).parameters())
+        row = [name, f"{parameters:,}", ",".join(map(str, s["seeds"])), str(s["epochs"]), cell(s["minutes"], 1),
                f"{acc['mean']:.3f} ± {acc['std']:.3f} ({acc['min']:.3f}-{acc['max']:.3f})"]
         for i in range(n_layers):
             m = s["layers"][i] if i < len(s["layers"]) else None
             if not m:
                 row += ["-"] * 3
                 continue
-            row += [cell(m["locality_3x3"], 3), " / ".join(cell(m[k], 1) for k in ("one_pixel", "ring", "sides")),
+            row += [" / ".join(cell(m[k], 3) for k in ("locality_3x3", "locality_5x5")), " / ".join(cell(m[k], 1) for k in ("one_pixel", "ring", "sides")),
                     cell(m["coverage"], 1) if "coverage" in m else "-"]
         rows.append(row)
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
@@ -147,12 +149,46 @@ def curves_figure(groups: dict, out: Path) -> Path:
     return out / "accuracy_over_seeds.png"
 
 
+def last_heads(run: dict, layer: int):
+    """The layer's entry of the run's last heads.jsonl snapshot, or None."""
+    path = run["path"] / "heads.jsonl"
+    if not path.exists():
+        return None
+    layers = json.loads(path.read_text().splitlines()[-1])["layers"]
+    return layers[layer - 1] if layer <= len(layers) else None
+
+
+def maps_figure(runs: list, layer: int, out: Path) -> Path:
+    """Fig. 5's style for every run recording central-query probabilities (learned, sinusoidal,
+    mlp): a row a run, a column a head, the layer's map at the end of training."""
+    runs = [r for r in runs if "central" in (last_heads(r, layer) or {})]
+    if not runs:
+        raise ValueError("no run has central-query probabilities in heads.jsonl (learned, sinusoidal, mlp)")
+    maps = [np.array(last_heads(r, layer)["central"]) for r in runs]  # [heads, H, W] each
+    heads = max(len(m) for m in maps)
+    fig, axes = plt.subplots(len(runs), heads, figsize=(1.0 * heads + 1.6, 1.05 * len(runs)), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, (run, m) in enumerate(zip(runs, maps)):
+        H, W = m.shape[1:]
+        for h in range(len(m)):
+            image = axes[i, h].imshow(m[h], cmap="viridis", vmin=0, vmax=1)
+            axes[i, h].add_patch(plt.Rectangle((W // 2 - 0.5, H // 2 - 0.5), 1, 1, fill=False, ec="white", lw=0.8))
+        axes[i, 0].text(-0.1, 0.5, run["path"].name, fontsize=7, va="center", ha="right", transform=axes[i, 0].transAxes)
+    bar = fig.colorbar(image, ax=axes, fraction=0.02, pad=0.02)
+    bar.set_label(f"layer {layer}: probability (central query: box)", fontsize=7)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / f"fig5_side_by_side_layer{layer}.png", dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return out / f"fig5_side_by_side_layer{layer}.png"
+
+
 def grids_figure(runs: list, layer: int, out: Path, zoom: int = 4) -> Path:
     """Fig. 2 of every run with head centers (heads.jsonl), side by side: the layer's centers
     from initialization (x) over training, and the final 50% / 90% regions, within `zoom` pixels."""
-    runs = [r for r in runs if (r["path"] / "heads.jsonl").exists()]
+    runs = [r for r in runs if "centers" in (last_heads(r, layer) or {})]
     if not runs:
-        raise ValueError("no run has heads.jsonl (quadratic or gaussian heads)")
+        raise ValueError("no run has head centers in heads.jsonl (quadratic or gaussian heads)")
     fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.4), squeeze=False)
     for run, ax in zip(runs, axes[0]):
         snapshots = [json.loads(line)["layers"][layer - 1] for line in (run["path"] / "heads.jsonl").read_text().splitlines()]
@@ -175,7 +211,12 @@ def main():
         print(table(groups))
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
-            print(f"wrote {grids_figure([r for g in groups.values() for r in g], cfg.layer, Path(cfg.out))}")
+            runs = [r for g in groups.values() for r in g]
+            for figure in (grids_figure, maps_figure):
+                try:
+                    print(f"wrote {figure(runs, cfg.layer, Path(cfg.out))}")
+                except ValueError as e:
+                    print(f"no {figure.__name__}: {e}")
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
 

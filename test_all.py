@@ -152,6 +152,21 @@ def test_sinusoidal_tables_are_fixed():
     torch.testing.assert_close(table[3, 4], torch.tensor(math.cos(1.0)))
 
 
+def test_mlp_sees_shifts_in_pixels_and_learns_a_one_pixel_head_in_100_steps():
+    # shifts scaled to [-1, 1] left the head at uniform (0.004) after these 100 steps
+    torch.manual_seed(0)
+    enc = attention.ShiftMLP(1)
+    delta = attention.shift_table(16, 16)[7:23, 7:23]  # the central query's shifts, rows -8..7
+    assert delta[9, 8].tolist() == [1.0, 0.0]
+    opt = torch.optim.SGD(enc.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(100):
+        p = enc.logits(delta).flatten(1).softmax(-1).view(16, 16)
+        opt.zero_grad()
+        (-p[9, 8].log()).backward()
+        opt.step()
+    assert p[9, 8] > 0.9
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_attention_dropout_in_training_fast_equals_dense_with_one_mask_per_batch(encoding):
     fast, dense = pair(encoding, (4, 5), dropout=0.3)
@@ -1026,8 +1041,9 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
     assert a["layers"][0]["ring"] == pytest.approx(dict(mean=7.0, std=1.0, min=6.0, max=8.0))
     assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
     text = compare.table(groups)
-    assert "| lr=0.05 | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | 0.700 (0.600-0.800) | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 | 7.0 (6.0-8.0) |" in text
-    assert "| lr=0.1 | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
+    params = f"{sum(p.numel() for p in model_lib.build_model('quadratic').parameters()):,}"  # A.4's model
+    assert f"| lr=0.05 | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | 0.700 (0.600-0.800) / 0.900 | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 | 7.0 (6.0-8.0) |" in text
+    assert f"| lr=0.1 | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
     assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
     with pytest.raises(ValueError, match="repeat a seed"):
         compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
@@ -1045,8 +1061,21 @@ def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
         runs.append(compare.load_run(run))
     path = compare.grids_figure(runs + [compare.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
     assert path.name == "fig2_side_by_side_layer1.png" and not_blank(path)
-    with pytest.raises(ValueError, match="no run has heads.jsonl"):
+    with pytest.raises(ValueError, match="no run has head centers"):
         compare.grids_figure([compare.load_run(tmp_path / "no-heads")], 1, tmp_path)
+
+
+def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
+    net = model_lib.build_model("learned", layers=1, dim=8, ffn_dim=8, heads=4)
+    snapshot = train_lib.head_snapshot(net)
+    central = torch.tensor(snapshot[0]["central"])  # [heads, 16, 16], 4 decimals
+    torch.testing.assert_close(central, prove.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
+    run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
+    (run / "heads.jsonl").write_text(json.dumps({"epoch": 1, "layers": snapshot}) + "\n")
+    runs = [compare.load_run(run), compare.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
+    assert not_blank(compare.maps_figure(runs, 1, tmp_path))
+    with pytest.raises(ValueError, match="no run has central-query probabilities"):
+        compare.maps_figure(runs[1:], 1, tmp_path)
 
 
 # ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------

@@ -12,7 +12,8 @@ to 0, stepped every batch; dropout 0.1, also on the attention probabilities. The
 is evaluated after every epoch; the final epoch's accuracy is the result (the best-on-test
 accuracy is logged, labelled as model selection on the test set). The run directory holds
 config.json, metrics.jsonl (a line an epoch), checkpoint.pt (rewritten atomically after
-every epoch) and heads.jsonl (every layer's head centers per epoch, for Fig. 2).
+every epoch) and heads.jsonl (every layer's head centers per epoch, for Fig. 2, or
+the central query's probabilities, for Fig. 5).
 
 Ctrl-C or SIGTERM stops at the next batch boundary and saves there: `--resume` then ends
 with the weights of an uninterrupted run, bit for bit. A second Ctrl-C stops at once.
@@ -215,13 +216,17 @@ def warmup_cosine(total_steps: int, warmup: float):
 
 
 def head_snapshot(model) -> list:
-    """Each layer's head parameters, as lists (quadratic: centers, alpha; gaussian: centers, inv_cov)."""
+    """Each position-only layer's heads, as lists: centers and widths (quadratic: alpha;
+    gaussian: inv_cov), or for an encoding without centers the central query's probabilities
+    [heads, H, W] to 4 decimals (Fig. 5's maps)."""
     layers = []
     for layer in getattr(model, "attention_layers", []):
         enc = layer.encoding
         if hasattr(enc, "centers"):
             extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
             layers.append({k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()})
+        elif not layer.content:
+            layers.append({"central": prove.central_probs(layer).cpu().double().numpy().round(4).tolist()})
     return layers
 
 
