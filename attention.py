@@ -15,21 +15,10 @@ Conventions, used in every file of this project:
 Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_val^(h)` and
 the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
 
-Two implementations give identical outputs and gradients from the same state_dict:
-- `impl="dense"` builds the full T x T logits from all (query, key) pairs and applies
-  eq. 12 literally: concatenate the heads' `P_h X`, then project. It is the reference.
-- `impl="fast"` (the default) computes position-only probabilities once per forward
-  from the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus
-  a column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
-  `P_h = P_h^row (x) P_h^col`, so each head is an H x H and a W x W product instead of a
-  T x T one. Heads are mixed one at a time (a product over all heads at once was 1.8x
-  slower in fp32 on a 2-core CPU: its inner dimension, 16, is too small for the matrix
-  kernels), then concatenated and projected by one `W_out` product, as in eq. 12. (Adding
-  each head's slice of the projection into the output instead was slower under bf16, where
-  every addition converts precisions.) The fast path saves each head's row-mixed
-  intermediate for backward: more memory than the dense path (`bench.py` measures both),
-  for 5-10% less time than recomputing it. With content=True the probabilities differ per
-  image and the product is the dense one.
+Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, whose
+`forward` is eq. 12 over the full T x T probabilities (`impl="dense"`, the reference). The
+default `impl="fast"` computes the same function in fewer operations; it is defined after
+the layer's equations and tested against them to float precision.
 """
 import math
 
@@ -156,7 +145,7 @@ class ShiftMLP(nn.Module):
     shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
     enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
     to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
-    fitting one took 10-20x more SGD steps (RESULTS.md)."""
+    fitting one took 12-20x more SGD steps (RESULTS.md)."""
 
     separable = False
     undecayed = ()
@@ -182,30 +171,8 @@ def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: floa
     return (Quadratic if name == "quadratic" else Gaussian)(heads, center_std)
 
 
-class Dropout(nn.Dropout):
-    """nn.Dropout with half the random draws: each 31-bit integer the generator gives is cut
-    into two 15-bit uniforms, so p is rounded to a multiple of 2^-15 (0.1 -> 0.100006) and
-    kept values are scaled by 1 / (1 - rounded p). On a CPU, drawing random numbers is most
-    of dropout's time (RESULTS.md measures what halving the draws buys)."""
-
-    BITS = 15
-
-    def __init__(self, p: float = 0.5):
-        super().__init__(p)  # no in-place variant
-
-    def forward(self, x):
-        if not self.training or self.p == 0:
-            return x
-        n, cut = x.numel(), round(self.p * 2**self.BITS)  # drop where the uniform < cut
-        draws = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # [0, 2^31)
-        low, high = draws & (2**self.BITS - 1), draws >> (31 - self.BITS)
-        keep = torch.cat([low >= cut, high >= cut])[:n].view_as(x)
-        scale = 1 / (1 - cut / 2**self.BITS) if cut < 2**self.BITS else 0.0
-        return x * keep * scale
-
-
 class SelfAttention2d(nn.Module):
-    """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11).
+    """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12).
 
     x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
     dim-dimensional input with its probabilities (D_h = dim, section 4.3 (ii)); the results
@@ -232,12 +199,52 @@ class SelfAttention2d(nn.Module):
         self.dropout = Dropout(dropout)  # on the probabilities P
         self.W_out = nn.Linear(heads * dim, out_dim or dim)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 12: MHSA(X) = concat_h [P_h X] W_out + b_out, each head's W_val folded into W_out (eq. 11)."""
+        B, H, W, D = self._check_input(x).shape
+        if self.impl == "fast" and not self.content:
+            return self._fast_forward(x)  # the same function in fewer operations (below)
+        P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
+        heads_out = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))
+        return self.W_out(heads_out.reshape(B, H, W, -1))  # [B, T, heads, D] -> concat_h -> W_out
+
+    def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
+        """P = softmax over keys of the logits (eq. 6): P [heads, T, T], or with content=True
+        (eq. 8's data term added) [B, heads, T, T], which needs the input x [B, H, W, dim]."""
+        if self.separable:
+            return self._separable_probs()  # the same probabilities, from two small softmaxes (below)
+        logits = self._position_logits()  # [heads, T, T]
+        if self.content:
+            if x is None:
+                raise ValueError("content=True: attention_probs needs the input x")
+            logits = logits + self._content_logits(self._check_input(x).flatten(1, 2))
+        return logits.softmax(-1)
+
+    def _position_logits(self):  # eqs. 9, 15, 16, section 4.3: [heads, T, T]
+        H, W = self.grid
+        like = self.W_out.weight  # shifts take the layer's device and dtype
+        if self.impl == "fast":
+            return self._table_logits()  # the same logits, the encoding evaluated once per distinct shift
+        return self.encoding.logits(pairwise_shifts(H, W).to(like))  # every (query, key) pair
+
+    def _content_logits(self, x):  # eq. 8, first term. x [B, T, dim] -> [B, heads, T, T]
+        B, T, _ = x.shape
+        q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
+        k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
+        return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)
+
     @staticmethod
     def _check_grid(grid):
         if (not isinstance(grid, (tuple, list)) or len(grid) != 2
                 or not all(isinstance(n, int) and n >= 1 for n in grid)):
             raise ValueError(f"grid must be two positive integers (H, W), got {grid!r}")
         return tuple(grid)
+
+    def _check_input(self, x):
+        if x.dim() != 4 or tuple(x.shape[1:3]) != self.grid or x.shape[3] != self.dim:
+            raise ValueError(f"expected input [B, {self.grid[0]}, {self.grid[1]}, {self.dim}], "
+                             f"got {list(x.shape)}")
+        return x
 
     def set_grid(self, grid: tuple):
         """Move the layer to another grid size: possible when no parameter depends on it."""
@@ -246,23 +253,41 @@ class SelfAttention2d(nn.Module):
             raise ValueError(f"{self.encoding_name} tables are sized for grid {self.grid}, not {grid}")
         self.grid = grid
 
+    # ---- the fast path (impl="fast", the default; skip on first reading) ----------------------
+    # Position-only probabilities are the same for every image: computed once per forward from
+    # the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus a
+    # column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
+    # P_h = P_h^row (x) P_h^col, so each head is an H x H and a W x W product instead of a
+    # T x T one. Tests hold every output and gradient to the dense path above.
+
     @property
     def separable(self) -> bool:
         """Row x column factorization applies: separable logits, no content, no dropout on P."""
         return (self.impl == "fast" and self.encoding.separable and not self.content
                 and not (self.training and self.dropout.p > 0))
 
-    def _content_logits(self, x):  # x [B, T, dim] -> [B, heads, T, T]
-        B, T, _ = x.shape
-        q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
-        k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
-        return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)
+    def _fast_forward(self, x):  # eq. 12 for position-only heads: [B, H, W, D] -> [B, H, W, out_dim]
+        B, H, W, D = x.shape
+        if torch.is_autocast_enabled(x.device.type):  # cast x once, not once per head
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        if self.separable:
+            p_row, p_col = self._axis_probs()
+            x_rows = x.reshape(B, H, W * D)
+            mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
+        else:
+            P = self.dropout(self.attention_probs())  # [heads, T, T]
+            x_flat = x.reshape(B, H * W, D)
+            # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
+            mixed = [torch.bmm(P[h].expand(B, -1, -1), x_flat) for h in range(self.heads)]  # [B, T, D] each
+        # Heads are mixed one at a time (one product over all heads was 1.8x slower in fp32 on a
+        # 2-core CPU: its inner dimension, 16, is too small for the matrix kernels), then
+        # concatenated and projected by one W_out product, as in eq. 12.
+        y = torch.stack(mixed, dim=-2)  # [..., heads, D]: eq. 12's concatenation
+        return self.W_out(y.view(B, H, W, -1))
 
-    def _position_logits(self):  # [heads, T, T]
+    def _table_logits(self):  # [heads, T, T], gathered from the encoding of each distinct shift
         H, W = self.grid
-        like = self.W_out.weight  # shifts take the layer's device and dtype
-        if self.impl == "dense":  # every (query, key) pair, as the equations read
-            return self.encoding.logits(pairwise_shifts(H, W).to(like))
+        like = self.W_out.weight
         table = self.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
         r, c = torch.arange(H, device=like.device), torch.arange(W, device=like.device)
         rows = (r[None, :] - r[:, None] + H - 1)[:, None, :, None]  # row of key - query in table
@@ -277,51 +302,43 @@ class SelfAttention2d(nn.Module):
         p_col = self.encoding.axis_logits(cols[None, :] - cols[:, None], 1).softmax(-1)
         return p_row, p_col
 
-    def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
-        """P [heads, T, T], or [B, heads, T, T] with content=True (x [B, H, W, dim] needed)."""
-        if self.separable:
-            p_row, p_col = self._axis_probs()
-            T = p_row.shape[1] * p_col.shape[1]
-            return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(-1, T, T)
-        logits = self._position_logits()
-        if self.content:
-            if x is None:
-                raise ValueError("content=True: attention_probs needs the input x")
-            logits = logits + self._content_logits(self._check_input(x).flatten(1, 2))
-        return logits.softmax(-1)
-
-    def _check_input(self, x):
-        if x.dim() != 4 or tuple(x.shape[1:3]) != self.grid or x.shape[3] != self.dim:
-            raise ValueError(f"expected input [B, {self.grid[0]}, {self.grid[1]}, {self.dim}], "
-                             f"got {list(x.shape)}")
-        return x
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, H, W, D = self._check_input(x).shape
-        if self.impl == "dense" or self.content:  # eq. 12: concat_h (P_h X), then W_out
-            P = self.dropout(self.attention_probs(x))  # [heads, T, T] or [B, heads, T, T]
-            y = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))
-            return self.W_out(y.reshape(B, H, W, -1))
-        if torch.is_autocast_enabled(x.device.type):  # cast x once, not once per head
-            x = x.to(torch.get_autocast_dtype(x.device.type))
-        if self.separable:
-            p_row, p_col = self._axis_probs()
-            x_rows = x.reshape(B, H, W * D)
-            mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
-        else:
-            P = self.dropout(self.attention_probs())  # [heads, T, T]
-            x_flat = x.reshape(B, H * W, D)
-            # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
-            mixed = [torch.bmm(P[h].expand(B, -1, -1), x_flat) for h in range(self.heads)]  # [B, T, D] each
-        y = torch.stack(mixed, dim=-2)  # [..., heads, D]: eq. 12's concatenation, head by head
-        return self.W_out(y.view(B, H, W, -1))
+    def _separable_probs(self):  # P_h = P_h^row (x) P_h^col: [heads, T, T]
+        p_row, p_col = self._axis_probs()
+        T = p_row.shape[1] * p_col.shape[1]
+        return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(-1, T, T)
 
     @staticmethod
     def _mix(x_rows, p_row, p_col):  # [B, H, W * D] -> [B * H, W, D], one head
+        # Each head's row-mixed intermediate is saved for backward: more memory than the dense
+        # path (bench.py measures both) for 5-10% less time than recomputing it.
         B, H, _ = x_rows.shape
         W = p_col.shape[0]
         y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows
         return torch.bmm(p_col.expand(B * H, W, W), y)  # then along columns
+
+
+# ---- dropout with half the random draws (skip on first reading) -----------------------------
+
+class Dropout(nn.Dropout):
+    """nn.Dropout with half the random draws: each 31-bit integer the generator gives is cut
+    into two 15-bit uniforms, so p is rounded to a multiple of 2^-15 (0.1 -> 0.100006) and
+    kept values are scaled by 1 / (1 - rounded p). On a CPU, drawing random numbers is most
+    of dropout's time (RESULTS.md measures what halving the draws buys)."""
+
+    BITS = 15
+
+    def __init__(self, p: float = 0.5):
+        super().__init__(p)  # no in-place variant
+
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        n, cut = x.numel(), round(self.p * 2**self.BITS)  # drop where the uniform < cut
+        draws = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # [0, 2^31)
+        low, high = draws & (2**self.BITS - 1), draws >> (31 - self.BITS)
+        keep = torch.cat([low >= cut, high >= cut])[:n].view_as(x)
+        scale = 1 / (1 - cut / 2**self.BITS) if cut < 2**self.BITS else 0.0
+        return x * keep * scale
 
 
 def main():

@@ -18,6 +18,8 @@
    autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) and the
    paper's 6-block model at batch 16 (attention dropout off: the factorized path), and
    ResNet18.
+3. Dropout: a training step of the tiny model and of one paper-size block with every
+   block's dropout as attention.Dropout (half the random draws) against nn.Dropout.
 
 Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
@@ -25,6 +27,7 @@ CPU, neighbours slow some repeats by 20-50%, and ratios taken side by side stay 
 is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter, it is the
 bytes of tensors saved for the backward pass (the activation memory a training step holds).
 """
+import copy
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -33,7 +36,11 @@ import torch
 import torch.nn.functional as F
 
 from attention import ENCODINGS, SelfAttention2d
-from model import build_model, counted_flops, environment, keep_freed_memory, option, parse_flags
+from flags import option, parse_flags
+from model import build_model, counted_flops
+from records import environment
+from runtime import keep_freed_memory
+
 
 @dataclass
 class Config:
@@ -143,6 +150,23 @@ def model_sizes(quick: bool) -> list:
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
 
+def training_step(net, batch: int, device):
+    """step(dtype): forward, cross-entropy, backward and an SGD step on random images, in
+    fp32 or under bf16 autocast."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+
+    def step(dtype):
+        with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
+            loss = F.cross_entropy(net.train()(images).float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
 def bench_models(device, cfg: Config) -> list:
     """Each row times its fp32 and bf16 steps beside the two matrix-product peaks, so that
     utilization divides numbers measured side by side."""
@@ -154,17 +178,7 @@ def bench_models(device, cfg: Config) -> list:
         model = build_model(name, **overrides).to(device)
         flops = 3 * counted_flops(model) * batch  # forward + backward (twice the forward's products)
         net = torch.compile(model) if device.type == "cuda" else model
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        images = torch.randn(batch, 3, 32, 32, device=device)
-        labels = torch.randint(0, 10, (batch,), device=device)
-
-        def step(dtype):
-            with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
-                loss = F.cross_entropy(net.train()(images).float(), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
+        step = training_step(net, batch, device)
         steps = {str(d)[6:]: lambda d=d: step(d) for d in dtypes} | {f"peak {p}": mm for p, (mm, _) in peaks.items()}
         seconds = measure(steps, device, cfg.repeats)
         for precision, (_, peak_flops) in peaks.items():
@@ -173,6 +187,29 @@ def bench_models(device, cfg: Config) -> list:
                              images_per_s=batch / seconds[precision], gflop_per_image=flops / batch / 1e9,
                              peak_flop_per_s=peak, utilization=flops / seconds[precision] / peak,
                              compiled=device.type == "cuda"))
+    return rows
+
+
+def bench_dropout(device, cfg: Config) -> list:
+    """A training step with every block's dropout (p 0.1) as attention.Dropout (the model's,
+    half the random draws) and as nn.Dropout, in fp32 and under bf16, side by side."""
+    rows = []
+    for row, name, overrides, batch in model_sizes(cfg.quick):
+        if row not in ("tiny quadratic", "paper block quadratic"):
+            continue
+        torch.manual_seed(0)
+        ours = build_model(name, **overrides).to(device)
+        plain = copy.deepcopy(ours)
+        for block in plain.blocks:
+            block.dropout = torch.nn.Dropout(block.dropout.p)
+        steps = {}
+        for label, model in (("nn.Dropout", plain), ("attention.Dropout", ours)):
+            step = training_step(model, batch, device)
+            steps |= {(label, p): lambda d=d, step=step: step(d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+        seconds = measure(steps, device, cfg.repeats)
+        rows += [dict(device=str(device), kind="dropout", name=row, batch=batch, precision=p,
+                      nn_dropout_s=seconds[("nn.Dropout", p)], ours_s=seconds[("attention.Dropout", p)])
+                 for p in ("fp32", "bf16")]
     return rows
 
 
@@ -205,6 +242,11 @@ def print_tables(rows: list, hardware: dict):
         for fp32, bf16 in zip(models[::2], models[1::2]):
             print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}" + "".join(
                 f"{r['images_per_s']:>12.0f}{r['utilization']:>6.0%}{r['peak_flop_per_s'] / 1e9:>6.0f}" for r in (fp32, bf16)))
+        print(f"\nDropout in every block (p 0.1), a training step on {device}: nn.Dropout against attention.Dropout")
+        print(f"{'model':<24}{'batch':>6}{'precision':>10}{'nn ms':>9}{'ours ms':>9}{'speed-up':>10}")
+        for r in (r for r in rows if r["device"] == device and r["kind"] == "dropout"):
+            print(f"{r['name']:<24}{r['batch']:>6}{r['precision']:>10}{r['nn_dropout_s'] * 1e3:>9.1f}"
+                  f"{r['ours_s'] * 1e3:>9.1f}{r['nn_dropout_s'] / r['ours_s']:>9.2f}x")
 
 
 def main():
@@ -213,7 +255,7 @@ def main():
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows = []
     for device in map(torch.device, names):
-        rows += bench_models(device, cfg) + bench_layers(device, cfg)
+        rows += bench_models(device, cfg) + bench_layers(device, cfg) + bench_dropout(device, cfg)
     env = {name: environment(torch.device(name)) for name in names}
     print_tables(rows, {name: e["hardware"] for name, e in env.items()})
     if cfg.json:

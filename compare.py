@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt
 
 import visualize
 from attention import SelfAttention2d
-from model import model_from_config, option, parse_flags
+from flags import option, parse_flags
+from model import model_from_config
 from train import Config as TrainConfig
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}

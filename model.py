@@ -7,16 +7,8 @@ image [B, 3, 32, 32] -> 2x2 space-to-depth [B, 16, 16, 12] -> Linear(12, 400) ->
 blocks (attention, Linear(400, 400), dropout, add & LayerNorm; FFN 400 -> 512 -> 400 with GELU,
 dropout, add & LayerNorm) -> mean over the 16 x 16 positions -> Linear(400, 10).
 """
-import argparse
-import ctypes
-import dataclasses
 import inspect
-import json
 import math
-import os
-import platform
-import subprocess
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -141,34 +133,7 @@ def build_model(name: str, **overrides) -> nn.Module:
     return ResNet18(**overrides) if name == "resnet18" else SelfAttentionNet(encoding=name, **overrides)
 
 
-# ---- every script's command line: the fields of its Config dataclass -----------------------
-
-def option(default, help: str, **flag):
-    """A Config field with its help text; `flag` holds more argparse settings (type, nargs, choices)."""
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=dict(help=help, **flag))
-    return dataclasses.field(default=default, metadata=dict(help=help, **flag))
-
-
-def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
-    """The values given on the command line, by field name. Every field of the dataclass is a
-    flag `--field-name` (booleans also `--no-field-name`), those in `positional` arguments."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
-    for f in dataclasses.fields(config_class):
-        flag = dict(f.metadata)
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        if f.name not in positional and default not in ("", None, []) and "default" not in flag["help"]:
-            flag["help"] += f" (default {default})"
-        if f.type in (bool, bool | None):
-            flag["action"] = argparse.BooleanOptionalAction
-        elif "type" not in flag and not isinstance(default, list):
-            flag["type"] = f.type
-        parser.add_argument(f.name if f.name in positional else "--" + f.name.replace("_", "-"), **flag)
-    return vars(parser.parse_args(argv))
-
-
-# ---- a model from a run's config or checkpoint (the dict train.py's Config stores) ----------
+# ---- a model from a run's config (the dict train.py's Config stores) ------------------------
 
 def model_kwargs(config: dict) -> dict:
     """The constructor arguments that a run's config gives build_model."""
@@ -182,116 +147,6 @@ def model_kwargs(config: dict) -> dict:
 
 def model_from_config(config: dict) -> nn.Module:
     return build_model(config["encoding"], **model_kwargs(config))
-
-
-def checkpoint_dict(model, optimizers, schedulers, cfg, epoch: int, step: int = 0,
-                    partial=(0.0, 0.0, 0.0, 0.0), metrics=()) -> dict:
-    """Everything a run (`cfg`: its Config dataclass) needs to continue exactly; `partial`
-    holds the running loss sum, correct count, images seen and training seconds of an
-    unfinished epoch. Without optimizers it is a starting point: `--resume` trains the
-    model from it from epoch 0."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return dict(model=model.state_dict(), optimizer=[o.state_dict() for o in optimizers],
-                scheduler=[s.state_dict() for s in schedulers], config=dataclasses.asdict(cfg), epoch=epoch, step=step,
-                partial=list(partial), metrics=list(metrics), rng=dict(torch=torch.get_rng_state(), cuda=cuda))
-
-
-def atomic_save(obj, path: Path):
-    """Write to a temporary file, then rename: an interrupted save never leaves half a file."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path) -> tuple:
-    """(checkpoint dict, its path) from a checkpoint file or a run directory holding one."""
-    path = Path(path)
-    path = path / "checkpoint.pt" if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        raise ValueError(f"{path} is not a checkpoint of this project (torch.load cannot read it)") from None
-    if not isinstance(checkpoint, dict) or not {"model", "config", "epoch"} <= checkpoint.keys():
-        raise ValueError(f"{path} is not a checkpoint of this project (no model, config and epoch entries)")
-    return checkpoint, path
-
-
-def model_from_checkpoint(checkpoint: dict, at_init: bool = False) -> nn.Module:
-    """The model a checkpoint describes (pruned models included), with its weights, or as the
-    run initialized it (`at_init`: the run's seed, as train.py seeds before building)."""
-    if at_init:
-        torch.manual_seed(checkpoint["config"]["seed"])
-        return model_from_config(checkpoint["config"])
-    model = model_from_config(checkpoint["config"])
-    model.load_state_dict(checkpoint["model"])
-    return model
-
-
-def kept_heads(run: Path, model: nn.Module) -> list:
-    """Each layer's original head numbers: a pruned run keeps them in kept_heads.json, so its
-    heads carry the numbers and colours of the unpruned figures."""
-    path = run / "kept_heads.json"
-    if path.exists():
-        return json.loads(path.read_text())["layers"]
-    return [list(range(layer.heads)) for layer in model.attention_layers]
-
-
-def environment(device: torch.device) -> dict:
-    """What a run record names: commit (and whether the tree had uncommitted changes), torch,
-    device and hardware (a CPU with its matrix-unit class)."""
-    def git(*args) -> str:
-        try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
-                                  timeout=5).stdout.strip()
-        except (OSError, subprocess.SubprocessError):  # no git, or one that hangs
-            return ""
-
-    commit = git("rev-parse", "--short", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "*.py")) if commit else None
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()})"
-    return dict(commit=commit or "unknown", dirty=dirty, torch=torch.__version__, device=str(device),
-                hardware=hardware, cpu_threads=torch.get_num_threads())
-
-
-def cpu_flags() -> set:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    return {flag for line in lines if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-
-
-def cpu_class(flags: set = None) -> str:
-    """The widest matrix unit of an x86 CPU (Linux's flags): AMX, AVX512-BF16, AVX512, AVX2; else 'unknown'."""
-    flags = cpu_flags() if flags is None else flags
-    for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
-        if flag in flags:
-            return name
-    return "unknown"
-
-
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc keep freed memory for the process's next allocation (Linux; elsewhere a no-op).
-
-    By default glibc hands every block over 32 MB back to the operating system when it is
-    freed, and trims the heap's top; a training step frees and allocates such blocks every
-    step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time (on a
-    2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model:
-    RESULTS.md). The price: the process keeps the most memory it ever used. True when both
-    settings took."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # from <malloc.h>
-    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
-from model import option, parse_flags
+from flags import option, parse_flags
 
 
 class ConvAsAttention(nn.Module):

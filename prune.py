@@ -20,8 +20,9 @@ import torch
 
 import train as train_lib
 from data import DataError
-from model import (atomic_save, checkpoint_dict, count_parameters, kept_heads, load_checkpoint, model_from_checkpoint,
-                   model_from_config, option, paper_flops, parse_flags)
+from flags import option, parse_flags
+from model import count_parameters, model_from_config, paper_flops
+from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
 
 
 @dataclass
@@ -77,6 +78,30 @@ def remove_heads(model, config: dict, pruned: list):
     return small, heads
 
 
+def check_prunable(config: dict, path: Path):
+    if config["encoding"] not in ("gaussian", "quadratic"):
+        raise ValueError(f"{path} is a {config['encoding']} model: it has no Gaussian heads whose "
+                         "covariance could be judged (prune works on gaussian and quadratic models)")
+    if config.get("content"):
+        raise ValueError(f"{path} uses content attention: its heads are not position-only Gaussians")
+
+
+def report(model, small, pruned: list, heads: list):
+    """Each layer's pruned heads and the range of their measures; parameters and FLOPs before and after."""
+    print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  {'range over heads':<44}  pruned heads")
+    for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
+        ranges = ", ".join(f"{k} {v.min().item():.3g}..{v.max().item():.3g}" for k, v in head_measures(layer).items())
+        print(f"{i:>5}  {len(p):>12}  {heads[i - 1]:>4}  {ranges:<44}  {p}")
+    print(f"pruned per layer {[len(p) for p in pruned]} (paper: [2, 4, 1, 2, 6, 0]), {sum(map(len, pruned))} in all")
+    if not any(pruned):
+        return
+    before, after = count_parameters(model), count_parameters(small)
+    flops_before, flops_after = paper_flops(model), paper_flops(small)
+    scale, unit = (1e9, "B") if flops_before >= 1e9 else (1e6, "M")
+    print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); FLOPs (paper convention) "
+          f"{flops_before / scale:.2f}{unit} -> {flops_after / scale:.2f}{unit} ({flops_after / flops_before - 1:+.1%})")
+
+
 def prune(cfg: Config):
     """Report the degenerate heads; remove them, save and fine-tune. Returns the new run
     directory, or None when no head is degenerate."""
@@ -85,11 +110,7 @@ def prune(cfg: Config):
     out = Path(cfg.out or f"{path.parent}-pruned")
     if (out / "checkpoint.pt").exists():
         raise ValueError(f"{out} holds an earlier pruned run; remove it or choose another --out")
-    if config["encoding"] not in ("gaussian", "quadratic"):
-        raise ValueError(f"{path} is a {config['encoding']} model: it has no Gaussian heads whose "
-                         "covariance could be judged (prune works on gaussian and quadratic models)")
-    if config.get("content"):
-        raise ValueError(f"{path} uses content attention: its heads are not position-only Gaussians")
+    check_prunable(config, path)
     model = model_from_checkpoint(checkpoint)
     pruned = degenerate_heads(model, cfg)
     for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
@@ -97,20 +118,10 @@ def prune(cfg: Config):
             raise ValueError(f"every head of layer {i} is degenerate: pruning would remove the layer "
                              "(raise --max-condition or lower --max-eigenvalue)")
     small, heads = remove_heads(model, config, pruned)
-    print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  {'range over heads':<44}  pruned heads")
-    for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
-        ranges = ", ".join(f"{k} {v.min().item():.3g}..{v.max().item():.3g}" for k, v in head_measures(layer).items())
-        print(f"{i:>5}  {len(p):>12}  {heads[i - 1]:>4}  {ranges:<44}  {p}")
-    print(f"pruned per layer {[len(p) for p in pruned]} (paper: [2, 4, 1, 2, 6, 0]), {sum(map(len, pruned))} in all")
+    report(model, small, pruned, heads)
     if not any(pruned):
         print("no degenerate heads: nothing to prune, nothing saved")
         return None
-    before, after = count_parameters(model), count_parameters(small)
-    flops_before, flops_after = paper_flops(model), paper_flops(small)
-    scale, unit = (1e9, "B") if flops_before >= 1e9 else (1e6, "M")
-    print(f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%}); FLOPs (paper convention) "
-          f"{flops_before / scale:.2f}{unit} -> {flops_after / scale:.2f}{unit} ({flops_after / flops_before - 1:+.1%})")
-
     finetune = train_lib.Config(**config | dict(heads=heads, lr=config["lr"] / 10, epochs=cfg.epochs,
                                                 out=str(out), resume="", device=cfg.device,
                                                 data_dir=cfg.data_dir or config["data_dir"]))

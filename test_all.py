@@ -28,6 +28,8 @@ import bench
 import compare
 import data as data_lib
 import model as model_lib
+import records
+import runtime
 import prove
 import prune as prune_lib
 import train as train_lib
@@ -608,7 +610,7 @@ def test_presets_and_flags():
 def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(train_lib, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     train_lib.run(small_config(tmp_path / "a", precision="auto", epochs=1))
-    assert model_lib.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["precision"] == "bf16"
+    assert records.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["precision"] == "bf16"
     record = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
     assert record["precision"] == "bf16" and record["environment"]["precision"] == "bf16: faked"
     assert "bf16: faked" in capsys.readouterr().out
@@ -621,8 +623,8 @@ def test_precision_is_what_the_hardware_computes_natively(monkeypatch, device, c
     """A T4 (7.5) or V100 (7.0) gets fp16 with a scaler, not the bf16 that is_bf16_supported() allows by emulation."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    monkeypatch.setattr(train_lib, "cpu_bf16_speedup", lambda: speedup)
-    precision, reason = train_lib.choose_precision(torch.device(device))
+    monkeypatch.setattr(runtime, "cpu_bf16_speedup", lambda: speedup)
+    precision, reason = runtime.choose_precision(torch.device(device))
     assert precision == expected and reason.startswith(expected)
     assert (f"capability {capability[0]}.{capability[1]}" in reason) if capability else True
     assert (f"{speedup:.2g}x fp32" in reason) if speedup else True
@@ -630,7 +632,7 @@ def test_precision_is_what_the_hardware_computes_natively(monkeypatch, device, c
 
 def test_fp16_with_a_gradient_scaler_trains_and_checkpoints_the_scaler(tmp_path):
     last = train_lib.run(small_config(tmp_path, precision="fp16", epochs=3, subset=600))
-    saved = model_lib.load_checkpoint(tmp_path / "run")[0]
+    saved = records.load_checkpoint(tmp_path / "run")[0]
     assert saved["scaler"]["scale"] > 0 and saved["scaler"]["_growth_tracker"] >= 0
     losses = [m["train_loss"] for m in saved["metrics"]]
     assert losses[-1] < losses[0] and math.isfinite(last["test_loss"])
@@ -646,13 +648,13 @@ def test_a_run_directory_is_never_overwritten_by_a_new_run(tmp_path):
 
 
 def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
-    progress = train_lib.Progress(500, 150_000, 100, torch.device("cpu"), enabled=True)
+    progress = runtime.Progress(500, 150_000, 100, torch.device("cpu"), enabled=True)
     for seconds in (30.0, 2.0, 2.0, 2.0):  # the first step is warm-up
         progress.step(seconds, progress.steps + 1, lambda: "loss 2.3")
     err = capsys.readouterr().err
     assert err.count("estimate:") == 1 and "estimate: 2.00 s a step, 149,998 steps to go: 3 days" in err
     assert "--preset laptop" in err
-    quick = train_lib.Progress(500, 2000, 100, torch.device("cpu"), enabled=True)
+    quick = runtime.Progress(500, 2000, 100, torch.device("cpu"), enabled=True)
     for _ in range(4):
         quick.step(0.4, quick.steps + 1, lambda: "")
     err = capsys.readouterr().err
@@ -692,7 +694,7 @@ def test_end_to_end_attention_run_writes_everything(tmp_path):
     assert config["seed"] == 0 and config["environment"]["torch"] == torch.__version__
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and ckpt["config"]["dim"] == 16
-    model_lib.model_from_checkpoint(ckpt)
+    records.model_from_checkpoint(ckpt)
 
 
 def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
@@ -739,7 +741,7 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
             yield batch
 
     monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
-    with pytest.raises(train_lib.Stop):
+    with pytest.raises(runtime.Stop):
         train_lib.run(small_config(tmp_path / "b"))
     monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
     saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
@@ -748,7 +750,7 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
-    assert len(model_lib.load_checkpoint(tmp_path / "b" / "run")[0]["metrics"]) == 2
+    assert len(records.load_checkpoint(tmp_path / "b" / "run")[0]["metrics"]) == 2
 
 
 TRAIN_FLAGS = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32", "--heads", "4",
@@ -834,11 +836,11 @@ def test_ctrl_c_between_an_epochs_log_and_its_checkpoint_counts_that_epoch_once(
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(train_lib, "append_jsonl", interrupted_after_logging)
-    with pytest.raises(train_lib.Stop):
+    with pytest.raises(runtime.Stop):
         train_lib.run(small_config(tmp_path))
     monkeypatch.setattr(train_lib, "append_jsonl", real_append)
     train_lib.run(train_lib.Config(resume=str(tmp_path / "run")))
-    checkpoint, _ = model_lib.load_checkpoint(tmp_path / "run")
+    checkpoint, _ = records.load_checkpoint(tmp_path / "run")
     assert [m["epoch"] for m in checkpoint["metrics"]] == [1, 2]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
@@ -848,8 +850,20 @@ def test_a_git_that_hangs_leaves_the_commit_unknown(monkeypatch):
     def hanging(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout", 5))
 
-    monkeypatch.setattr(model_lib.subprocess, "run", hanging)
-    assert model_lib.environment(torch.device("cpu"))["commit"] == "unknown"
+    monkeypatch.setattr(records.subprocess, "run", hanging)
+    assert records.environment(torch.device("cpu"))["commit"] == "unknown"
+
+
+@pytest.mark.parametrize("flags, name", [
+    ({"avx2", "fma"}, "AVX2"), ({"avx2", "avx512f"}, "AVX512"), ({"avx2", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
+    ({"avx512_bf16", "amx_bf16", "amx_tile"}, "AMX"), ({"neon"}, "unknown")])
+def test_the_cpu_is_named_by_its_widest_matrix_unit(flags, name):
+    assert records.cpu_class(flags) == name
+
+
+def test_this_cpu_is_recorded_with_its_class():
+    hardware = records.environment(torch.device("cpu"))["hardware"]
+    assert hardware.endswith(f"({records.cpu_class()})") and len(hardware) > len(" (unknown)")
 
 
 def test_a_file_that_is_no_checkpoint_gets_one_clear_line(tmp_path):
@@ -882,8 +896,8 @@ def test_three_process_gloo_run_has_identical_weights_and_counts_every_test_imag
     metrics = [json.loads(l) for l in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2
     # one process over all 2,000 test images (2,000 = 3 x 666 + 2) gives the same loss and accuracy
-    checkpoint, _ = model_lib.load_checkpoint(tmp_path / "ddp")
-    net = model_lib.model_from_checkpoint(checkpoint).eval()
+    checkpoint, _ = records.load_checkpoint(tmp_path / "ddp")
+    net = records.model_from_checkpoint(checkpoint).eval()
     train, test = data_lib.load("synthetic", seed=0)
     mean, std = data_lib.channel_stats(data_lib.training_subset(train, 600, 0).images)
     x = (test.images.float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
@@ -912,12 +926,12 @@ def test_cuda_fast_path_equals_dense_in_float32(encoding):
 @pytest.mark.gpu
 @needs_cuda
 def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
-    precision, reason = train_lib.choose_precision(torch.device("cuda"))
+    precision, reason = runtime.choose_precision(torch.device("cuda"))
     major = torch.cuda.get_device_capability()[0]
     assert precision == ("bf16" if major >= 8 else "fp16") and reason.startswith(precision)
     cfg = train_lib.Config(dataset="synthetic", subset=500, epochs=2, out=str(tmp_path / "run"), device="cuda")
     last = train_lib.run(cfg)  # the paper's model and recipe, a few steps
-    saved = model_lib.load_checkpoint(tmp_path / "run")[0]
+    saved = records.load_checkpoint(tmp_path / "run")[0]
     assert saved["config"]["precision"] == precision and math.isfinite(last["train_loss"])
     assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
 
@@ -952,8 +966,8 @@ def force_degenerate(model, layer_heads: dict):
 
 
 def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_run):
-    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
-    model = model_lib.model_from_checkpoint(checkpoint).eval()
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint).eval()
     force_degenerate(model, {(0, 1): "zero", (1, 0): "stripe", (1, 3): "zero"})
     pruned = prune_lib.degenerate_heads(model, prune_lib.Config())
     assert pruned == [[1], [0, 3]]
@@ -977,16 +991,16 @@ def test_quadratic_heads_pruned_by_alpha():
 
 
 def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_path, monkeypatch):
-    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
-    model = model_lib.model_from_checkpoint(checkpoint)
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint)
     force_degenerate(model, {(0, 2): "zero"})
     checkpoint["model"] = model.state_dict()
     torch.save(checkpoint, tmp_path / "ckpt.pt")
     out = prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, epochs=1,
                                                 out=str(tmp_path / "pruned"), device="cpu"))
-    saved, _ = model_lib.load_checkpoint(out)
+    saved, _ = records.load_checkpoint(out)
     assert saved["config"]["heads"] == [3, 4] and saved["config"]["lr"] == pytest.approx(0.005)
-    small = model_lib.model_from_checkpoint(saved)
+    small = records.model_from_checkpoint(saved)
     assert [layer.heads for layer in small.attention_layers] == [3, 4]
     assert json.loads((out / "kept_heads.json").read_text()) == {"layers": [[0, 1, 3], [0, 1, 2, 3]]}
     figures = viz.visualize(viz.Config(run=str(out), out=str(tmp_path / "figs")))
@@ -1005,8 +1019,8 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
     train_lib.run(learned)
     with pytest.raises(ValueError, match="learned model: it has no Gaussian heads"):
         prune_lib.prune(prune_lib.Config(checkpoint=learned.out))
-    checkpoint, _ = model_lib.load_checkpoint(gaussian_run)
-    model = model_lib.model_from_checkpoint(checkpoint)
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint)
     force_degenerate(model, {(1, h): "zero" for h in range(4)})
     checkpoint["model"] = model.state_dict()
     torch.save(checkpoint, tmp_path / "all.pt")
@@ -1067,7 +1081,7 @@ def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
 
 def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
     net = model_lib.build_model("learned", layers=1, dim=8, ffn_dim=8, heads=4)
-    snapshot = train_lib.head_snapshot(net)
+    snapshot = records.head_snapshot(net)
     central = torch.tensor(snapshot[0]["central"])  # [heads, 16, 16], 4 decimals
     torch.testing.assert_close(central, prove.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
     run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
@@ -1122,10 +1136,22 @@ def test_fig5_for_a_content_model(tmp_path):
     assert any(p.name == "fig5_attention_maps.png" and not_blank(p) for p in written)
 
 
+def test_a_learned_run_records_central_maps_and_visualize_draws_its_figures(tmp_path):
+    cfg = small_config(tmp_path, encoding="learned", epochs=1)
+    train_lib.run(cfg)
+    snapshots = [json.loads(l) for l in (Path(cfg.out) / "heads.jsonl").read_text().splitlines()]
+    assert [s["epoch"] for s in snapshots] == [0, 1]
+    maps = torch.tensor(snapshots[-1]["layers"][0]["central"])  # [heads, 16, 16]
+    assert maps.shape == (4, 16, 16) and torch.allclose(maps.sum((1, 2)), torch.ones(4), atol=1e-3)
+    written = viz.visualize(viz.Config(run=cfg.out, out=str(tmp_path / "figs")))
+    assert "fig5_attention_maps.png" in {p.name for p in written}
+    assert not any(p.name.startswith("fig2") for p in written)  # no centers to follow
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
 def test_keep_freed_memory_stops_page_faults_when_memory_is_reused():
-    code = ("import resource, sys, torch, model\n"
-            "kept = model.keep_freed_memory() if sys.argv[1] == 'keep' else None\n"
+    code = ("import resource, sys, torch, runtime\n"
+            "kept = runtime.keep_freed_memory() if sys.argv[1] == 'keep' else None\n"
             "for _ in range(5):  # 64 MB allocated and freed: the heap settles\n"
             "    torch.ones(2**24).sum()\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
@@ -1150,3 +1176,7 @@ def test_bench_quick_measures_every_encoding():
     for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
         step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
         assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
+    dropout = bench.bench_dropout(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert [(r["name"], r["precision"]) for r in dropout] == [
+        (name, p) for name in ("tiny quadratic", "paper block quadratic") for p in ("fp32", "bf16")]
+    assert all(r["nn_dropout_s"] > 0 and r["ours_s"] > 0 for r in dropout)

@@ -17,14 +17,15 @@ the central query's probabilities, for Fig. 5).
 
 Ctrl-C or SIGTERM stops at the next batch boundary and saves there: `--resume` then ends
 with the weights of an uninterrupted run, bit for bit. A second Ctrl-C stops at once.
+
+Reading order: `Config` (the recipe's numbers), `make_optimizers`, `warmup_cosine`,
+`train_steps` (one epoch of A.4, a batch at a time) and `test_totals`. The `Trainer` after
+them runs those an epoch at a time and adds what a long run needs.
 """
-import contextlib
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,8 +36,11 @@ import torch.nn.functional as F
 
 import data as data_lib
 import prove
-from model import (MODELS, atomic_save, checkpoint_dict, environment, keep_freed_memory, load_checkpoint,
-                   model_from_config, option, parse_flags)
+from flags import option, parse_flags
+from model import MODELS, model_from_config
+from records import (append_jsonl, atomic_save, checkpoint_dict, environment, head_snapshot, keep_epochs,
+                     load_checkpoint)
+from runtime import Precision, Progress, Stop, StopSignal, choose_precision, keep_freed_memory
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PRESETS = {
@@ -101,6 +105,68 @@ class Config:
                             choices=("auto",) + PRECISIONS)
 
 
+def make_optimizers(model, cfg: Config) -> list:
+    """SGD of A.4. A Gaussian head's center and spread (quadratic, gaussian) are not
+    weight-decayed; learned tables and head keys are. Every positional parameter (all of an
+    encoding's) takes `position_lr` times the learning rate. The first group holds the rest.
+    With `position_optimizer="adam"` the positional groups go to a second optimizer, Adam."""
+    undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
+    groups = {}  # (positional, decayed) -> parameters
+    for name, p in model.named_parameters():
+        groups.setdefault((".encoding." in name, id(p) not in undecayed), []).append(p)
+    groups = [dict(params=params, positional=positional, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
+                   weight_decay=cfg.weight_decay if decayed else 0.0)
+              for (positional, decayed), params in sorted(groups.items())]
+    adam = [g for g in groups if g["positional"]] if cfg.position_optimizer == "adam" else []
+    sgd = torch.optim.SGD([g for g in groups if g not in adam], lr=cfg.lr, momentum=cfg.momentum)
+    return [sgd, torch.optim.Adam(adam)] if adam else [sgd]
+
+
+def warmup_cosine(total_steps: int, warmup: float):
+    """Learning-rate factor at each step: linear from 1/w to 1 over w steps, then cosine to 0."""
+    w = max(1, round(warmup * total_steps))
+
+    def factor(step):
+        if step < w:
+            return (step + 1) / w
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total_steps - w))))
+
+    return factor
+
+
+def train_steps(net, batches, optimizers, schedulers, precision: Precision):
+    """A.4's training, a batch at a time: forward, cross-entropy, backward, an SGD step, the
+    schedule's step. Yields each batch's loss, correct predictions and size."""
+    net.train()
+    for x, y in batches:
+        with precision.autocast():
+            logits = net(x).float()
+        loss = F.cross_entropy(logits, y)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        precision.scaler.scale(loss).backward()  # fp16 scales the loss; otherwise loss.backward()
+        for optimizer, scheduler in zip(optimizers, schedulers):
+            precision.scaler.step(optimizer)  # otherwise optimizer.step()
+            scheduler.step()
+        precision.scaler.update()
+        yield loss.detach(), (logits.argmax(1) == y).sum(), len(y)
+
+
+def test_totals(model, batches, precision: Precision) -> torch.Tensor:
+    """Summed cross-entropy, correct predictions and images over the test batches: [3]."""
+    model.eval()
+    totals = 0
+    with torch.no_grad(), precision.autocast():
+        for x, y in batches:
+            logits = model(x).float()
+            totals = totals + torch.stack([F.cross_entropy(logits, y, reduction="sum"), (logits.argmax(1) == y).sum(),
+                                           torch.tensor(len(y), device=y.device)]).double()
+    return totals
+
+
+# ---- the run: flags, resume, logs, stop signals, progress, several processes ---------------
+# (skip on first reading: it calls train_steps and test_totals above, an epoch at a time)
+
 class TrainingError(RuntimeError):
     """Training cannot go on (a non-finite loss); the message says what is kept."""
 
@@ -155,183 +221,6 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def make_optimizers(model, cfg: Config) -> list:
-    """SGD of A.4. A Gaussian head's center and spread (quadratic, gaussian) are not
-    weight-decayed; learned tables and head keys are. Every positional parameter (all of an
-    encoding's) takes `position_lr` times the learning rate. The first group holds the rest.
-    With `position_optimizer="adam"` the positional groups go to a second optimizer, Adam."""
-    undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
-    groups = {}  # (positional, decayed) -> parameters
-    for name, p in model.named_parameters():
-        groups.setdefault((".encoding." in name, id(p) not in undecayed), []).append(p)
-    groups = [dict(params=params, positional=positional, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
-                   weight_decay=cfg.weight_decay if decayed else 0.0)
-              for (positional, decayed), params in sorted(groups.items())]
-    adam = [g for g in groups if g["positional"]] if cfg.position_optimizer == "adam" else []
-    sgd = torch.optim.SGD([g for g in groups if g not in adam], lr=cfg.lr, momentum=cfg.momentum)
-    return [sgd, torch.optim.Adam(adam)] if adam else [sgd]
-
-
-def cpu_bf16_speedup() -> float:
-    """How many times faster this CPU multiplies bf16 matrices than fp32 ones (AVX512-BF16 and AMX: > 1)."""
-    def seconds(dtype):
-        a = torch.randn(512, 512).to(dtype)
-        a @ a  # warm-up
-        start = time.perf_counter()
-        for _ in range(8):
-            a @ a
-        return time.perf_counter() - start
-
-    return seconds(torch.float32) / seconds(torch.bfloat16)
-
-
-def choose_precision(device: torch.device) -> tuple:
-    """(precision, the one-line reason): what the device computes natively. CUDA: bf16 from
-    capability 8.0 (A100, H100, RTX 30xx); below it (T4, V100) fp16 tensor cores with a gradient
-    scaler, since there bf16 is emulated (torch.cuda.is_bf16_supported() answers True for
-    emulation). MPS: fp32 (float16 autocast exists there, but its speed and range for this model
-    are unmeasured). A CPU: bf16 when its product measures at least 1.5x fp32."""
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        if major >= 8:
-            return "bf16", f"bf16: CUDA capability {major}.{minor}"
-        return "fp16", f"fp16 with a gradient scaler: CUDA capability {major}.{minor} has no bf16 units"
-    if device.type != "cpu":
-        return "fp32", f"fp32: {device.type.upper()} mixed precision is unmeasured"
-    speedup = cpu_bf16_speedup()
-    precision = "bf16" if speedup >= 1.5 else "fp32"
-    return precision, f"{precision}: CPU bf16 product {speedup:.2g}x fp32"
-
-
-def warmup_cosine(total_steps: int, warmup: float):
-    """Learning-rate factor at each step: linear from 1/w to 1 over w steps, then cosine to 0."""
-    w = max(1, round(warmup * total_steps))
-
-    def factor(step):
-        if step < w:
-            return (step + 1) / w
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total_steps - w))))
-
-    return factor
-
-
-def head_snapshot(model) -> list:
-    """Each position-only layer's heads, as lists: centers and widths (quadratic: alpha;
-    gaussian: inv_cov), or for an encoding without centers the central query's probabilities
-    [heads, H, W] to 4 decimals (Fig. 5's maps)."""
-    layers = []
-    for layer in getattr(model, "attention_layers", []):
-        enc = layer.encoding
-        if hasattr(enc, "centers"):
-            extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
-            layers.append({k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()})
-        elif not layer.content:
-            layers.append({"central": prove.central_probs(layer).cpu().double().numpy().round(4).tolist()})
-    return layers
-
-
-def append_jsonl(path: Path, record: dict):
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def keep_epochs(path: Path, last: int):
-    """Drop lines of epochs after `last` (a resumed run writes them again)."""
-    if path.exists():
-        lines = [l for l in path.read_text().splitlines() if json.loads(l)["epoch"] <= last]
-        path.write_text("".join(l + "\n" for l in lines))
-
-
-def duration(seconds: float) -> str:
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.0f} days"
-
-
-class Progress:
-    """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines an epoch
-    in a log file) with images/s and the whole run's remaining training time, and after the
-    first steps one estimate of the whole run, with a warning when a CPU would take over a day."""
-
-    def __init__(self, steps_per_epoch: int, total_steps: int, batch_size: int, device, enabled: bool):
-        self.steps_per_epoch, self.total_steps, self.batch_size = steps_per_epoch, total_steps, batch_size
-        self.device, self.enabled, self.tty = device, enabled, sys.stderr.isatty()
-        self.steps, self.seconds, self.last_print = 0, 0.0, 0.0
-
-    def step(self, seconds: float, done: int, text):
-        """A step of `seconds` (the first of a process is warm-up, not timed); `done` steps of the run so far."""
-        self.steps += 1
-        self.seconds += seconds if self.steps > 1 else 0.0
-        if not self.enabled or self.steps < 2:
-            return
-        per_step = self.seconds / (self.steps - 1)
-        remaining = (self.total_steps - done) * per_step
-        if self.steps == 2:  # the first timed step: within a minute even where a step takes 30 s
-            warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
-                       if self.device.type == "cpu" and remaining > 86400 else "")
-            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go: "
-                  f"{duration(remaining)}{warning}", file=sys.stderr, flush=True)
-        in_epoch = (done - 1) % self.steps_per_epoch + 1
-        on_terminal = self.tty and time.time() - self.last_print > 0.5
-        if not on_terminal and (self.tty or in_epoch % max(1, self.steps_per_epoch // 4)):
-            return
-        line = (f"{in_epoch}/{self.steps_per_epoch} {text()}, {self.batch_size / per_step:.0f} img/s, "
-                f"run ETA {duration(remaining)}")
-        if on_terminal:
-            bar = "#" * (30 * in_epoch // self.steps_per_epoch)
-            print(f"\r  [{bar:<30}] {line}", end="", file=sys.stderr, flush=True)
-            self.last_print = time.time()
-        else:
-            print(f"  {line}", file=sys.stderr, flush=True)
-
-    def end_epoch(self):
-        if self.enabled and self.tty:
-            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
-
-
-class Stop(KeyboardInterrupt):
-    """The run stopped at a batch boundary after SIGINT or SIGTERM, its state saved there."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class StopSignal:
-    """SIGINT (Ctrl-C) and SIGTERM (a cluster scheduler's notice) only set a flag, which the
-    training loop reads between batches: the run saves there and stops, with the weights,
-    optimizer and RNG of a batch boundary, wherever the signal landed (forward, backward,
-    evaluation, checkpoint writing). A second Ctrl-C stops at once; the last checkpoint stays."""
-
-    def __init__(self, device, world: int, verbose: bool):
-        self.device, self.world, self.verbose, self.received, self.previous = device, world, verbose, 0, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-    def handle(self, signum, frame):
-        if self.received and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = self.received or signum
-        if self.verbose:
-            print(f"\n{signal.Signals(signum).name}: stopping after this batch and saving "
-                  "(Ctrl-C again: stop now, keeping the last checkpoint)", file=sys.stderr, flush=True)
-
-    def requested(self) -> int:
-        """The signal to stop for (0: none), agreed by every process."""
-        if self.world == 1:
-            return self.received
-        flag = torch.tensor(self.received, device=self.device)
-        dist.all_reduce(flag, dist.ReduceOp.MAX)
-        return int(flag.item())
-
-
 class Trainer:
     """One run of the A.4 recipe: data, model, SGD and schedule, restored from a checkpoint."""
 
@@ -361,13 +250,9 @@ class Trainer:
             self.restore(checkpoint)
         net = torch.nn.parallel.DistributedDataParallel(self.model) if world > 1 else self.model
         self.net = torch.compile(net) if cfg.compile else net
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-        self.autocast = (lambda: torch.autocast(device.type, dtype)) if dtype else contextlib.nullcontext
-        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")  # fp16's small range
+        self.precision = Precision(cfg.precision, device)
         if checkpoint and checkpoint.get("scaler"):
-            self.scaler.load_state_dict(checkpoint["scaler"])
-        if device.type == "cuda" and cfg.precision == "fp32":
-            torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
+            self.precision.scaler.load_state_dict(checkpoint["scaler"])
 
     def restore(self, checkpoint: dict):
         self.model.load_state_dict(checkpoint["model"])
@@ -389,7 +274,7 @@ class Trainer:
             partial = self.sums.tolist() + [self.seconds]
             checkpoint = checkpoint_dict(self.model, self.optimizers, self.schedulers, self.cfg, self.epoch,
                                          self.step, partial, self.history)
-            atomic_save(checkpoint | {"scaler": self.scaler.state_dict()}, self.out / "checkpoint.pt")
+            atomic_save(checkpoint | {"scaler": self.precision.scaler.state_dict()}, self.out / "checkpoint.pt")
 
     def start_logs(self, reason: str):
         """config.json, and the logs trimmed to the checkpoint's epoch (a resumed run rewrites the rest)."""
@@ -405,28 +290,24 @@ class Trainer:
               f", {reason}, {self.world} process(es) -> {self.out}", flush=True)
 
     def train_epoch(self, stop: StopSignal, progress: Progress):
-        """The remaining batches of self.epoch (A.4: SGD, the schedule stepped every batch)."""
-        self.net.train()
+        """The remaining batches of self.epoch, with running sums, progress, and a stop check
+        before every batch."""
         started = time.time() - self.seconds
-        for x, y in self.train_batches.epoch(self.epoch, self.step):
-            step_started = time.time()
-            signum = stop.requested()
-            if signum:  # a batch boundary: what is saved here resumes exactly
-                self.seconds = time.time() - started
-                raise Stop(signum)
-            with self.autocast():
-                logits = self.net(x).float()
-            loss = F.cross_entropy(logits, y)
-            for optimizer in self.optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()  # fp16: a scaled loss; else unchanged
-            for optimizer, scheduler in zip(self.optimizers, self.schedulers):
-                self.scaler.step(optimizer)
-                scheduler.step()
-            self.scaler.update()
+        step_started = time.time()
+
+        def batches():  # the epoch's remaining batches; a stop request ends them at a boundary
+            nonlocal step_started
+            for batch in self.train_batches.epoch(self.epoch, self.step):
+                signum = stop.requested()
+                if signum:  # a batch boundary: what is saved here resumes exactly
+                    self.seconds = time.time() - started
+                    raise Stop(signum)
+                step_started = time.time()
+                yield batch
+
+        for loss, correct, n in train_steps(self.net, batches(), self.optimizers, self.schedulers, self.precision):
             self.step += 1
-            self.sums += torch.stack([loss.detach() * len(y), (logits.argmax(1) == y).sum(),
-                                      torch.tensor(len(y), device=self.device)]).double()
+            self.sums += torch.stack([loss * n, correct, torch.tensor(n, device=self.device)]).double()
             if self.step % 50 == 0 and not torch.isfinite(self.sums[0]):
                 break
             progress.step(time.time() - step_started, self.epoch * len(self.train_batches) + self.step,
@@ -436,16 +317,10 @@ class Trainer:
 
     def evaluate(self) -> tuple:
         """(loss, accuracy) on the test set; with DDP each process takes its share of the images."""
-        model = self.model.eval()
         if self.world > 1:  # the replicas' buffers (BatchNorm statistics) as rank 0 holds them
-            for buffer in model.buffers():
+            for buffer in self.model.buffers():
                 dist.broadcast(buffer, 0)
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
-        with torch.no_grad(), self.autocast():
-            for x, y in self.test_batches.epoch(0):
-                logits = model(x).float()
-                totals += torch.stack([F.cross_entropy(logits, y, reduction="sum"), (logits.argmax(1) == y).sum(),
-                                       torch.tensor(len(y), device=y.device)]).double()
+        totals = test_totals(self.model, self.test_batches.epoch(0), self.precision)
         if self.world > 1:
             dist.all_reduce(totals)
         return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()

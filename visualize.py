@@ -34,7 +34,8 @@ import torch
 import data as data_lib
 import prove
 from attention import RowColumn
-from model import kept_heads, load_checkpoint, model_from_checkpoint, option, parse_flags
+from flags import option, parse_flags
+from records import kept_heads, load_checkpoint, model_from_checkpoint
 
 
 @dataclass
@@ -194,6 +195,9 @@ def trajectory_figure(model, run: Path, layer_index: int, ids, out, pdf) -> list
     if not path.exists():
         return []
     snapshots = [json.loads(line) for line in path.read_text().splitlines()]
+    layers = snapshots[0]["layers"]
+    if len(layers) < layer_index or "centers" not in layers[layer_index - 1]:
+        return []  # an encoding without centers: heads.jsonl holds its maps (Fig. 5)
     layer, ids = model.attention_layers[layer_index - 1], ids[layer_index - 1]
     heads = [s["layers"][layer_index - 1] for s in snapshots]
     name = f"fig2_centers_during_training_layer{layer_index}"

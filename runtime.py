@@ -1,0 +1,174 @@
+"""How a training run runs on its machine; none of it changes what the paper computes.
+
+- precision: what the device computes fastest (bf16, fp16 with a gradient scaler, fp32);
+- progress: images/s and the run's remaining time on stderr;
+- stop signals: Ctrl-C and SIGTERM stop at a batch boundary, where a checkpoint resumes exactly;
+- memory: glibc keeps freed blocks for the next step.
+"""
+import contextlib
+import ctypes
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+
+# ---- precision ----------------------------------------------------------------------------
+
+class Precision:
+    """Autocast and gradient scaling for fp32, bf16 or fp16; fp16's small range needs the
+    scaler (it multiplies the loss before backward and divides the gradients before the step)."""
+
+    def __init__(self, name: str, device: torch.device):
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
+        self.autocast = (lambda: torch.autocast(device.type, dtype)) if dtype else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        if device.type == "cuda" and name == "fp32":
+            torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
+
+
+def cpu_bf16_speedup() -> float:
+    """How many times faster this CPU multiplies bf16 matrices than fp32 ones (AVX512-BF16 and AMX: > 1)."""
+    def seconds(dtype):
+        a = torch.randn(512, 512).to(dtype)
+        a @ a  # warm-up
+        start = time.perf_counter()
+        for _ in range(8):
+            a @ a
+        return time.perf_counter() - start
+
+    return seconds(torch.float32) / seconds(torch.bfloat16)
+
+
+def choose_precision(device: torch.device) -> tuple:
+    """(precision, the one-line reason): what the device computes natively. CUDA: bf16 from
+    capability 8.0 (A100, H100, RTX 30xx); below it (T4, V100) fp16 tensor cores with a gradient
+    scaler, since there bf16 is emulated (torch.cuda.is_bf16_supported() answers True for
+    emulation). MPS: fp32 (float16 autocast exists there, but its speed and range for this model
+    are unmeasured). A CPU: bf16 when its product measures at least 1.5x fp32."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if major >= 8:
+            return "bf16", f"bf16: CUDA capability {major}.{minor}"
+        return "fp16", f"fp16 with a gradient scaler: CUDA capability {major}.{minor} has no bf16 units"
+    if device.type != "cpu":
+        return "fp32", f"fp32: {device.type.upper()} mixed precision is unmeasured"
+    speedup = cpu_bf16_speedup()
+    precision = "bf16" if speedup >= 1.5 else "fp32"
+    return precision, f"{precision}: CPU bf16 product {speedup:.2g}x fp32"
+
+
+# ---- progress -----------------------------------------------------------------------------
+
+def duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.0f} days"
+
+
+class Progress:
+    """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines an epoch
+    in a log file) with images/s and the whole run's remaining training time, and after the
+    first steps one estimate of the whole run, with a warning when a CPU would take over a day."""
+
+    def __init__(self, steps_per_epoch: int, total_steps: int, batch_size: int, device, enabled: bool):
+        self.steps_per_epoch, self.total_steps, self.batch_size = steps_per_epoch, total_steps, batch_size
+        self.device, self.enabled, self.tty = device, enabled, sys.stderr.isatty()
+        self.steps, self.seconds, self.last_print = 0, 0.0, 0.0
+
+    def step(self, seconds: float, done: int, text):
+        """A step of `seconds` (the first of a process is warm-up, not timed); `done` steps of the run so far."""
+        self.steps += 1
+        self.seconds += seconds if self.steps > 1 else 0.0
+        if not self.enabled or self.steps < 2:
+            return
+        per_step = self.seconds / (self.steps - 1)
+        remaining = (self.total_steps - done) * per_step
+        if self.steps == 2:  # the first timed step: within a minute even where a step takes 30 s
+            warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
+                       if self.device.type == "cpu" and remaining > 86400 else "")
+            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go: "
+                  f"{duration(remaining)}{warning}", file=sys.stderr, flush=True)
+        in_epoch = (done - 1) % self.steps_per_epoch + 1
+        on_terminal = self.tty and time.time() - self.last_print > 0.5
+        if not on_terminal and (self.tty or in_epoch % max(1, self.steps_per_epoch // 4)):
+            return
+        line = (f"{in_epoch}/{self.steps_per_epoch} {text()}, {self.batch_size / per_step:.0f} img/s, "
+                f"run ETA {duration(remaining)}")
+        if on_terminal:
+            bar = "#" * (30 * in_epoch // self.steps_per_epoch)
+            print(f"\r  [{bar:<30}] {line}", end="", file=sys.stderr, flush=True)
+            self.last_print = time.time()
+        else:
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+    def end_epoch(self):
+        if self.enabled and self.tty:
+            print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+
+
+# ---- stop signals -------------------------------------------------------------------------
+
+class Stop(KeyboardInterrupt):
+    """The run stopped at a batch boundary after SIGINT or SIGTERM, its state saved there."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignal:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster scheduler's notice) only set a flag, which the
+    training loop reads between batches: the run saves there and stops, with the weights,
+    optimizer and RNG of a batch boundary, wherever the signal landed (forward, backward,
+    evaluation, checkpoint writing). A second Ctrl-C stops at once; the last checkpoint stays."""
+
+    def __init__(self, device, world: int, verbose: bool):
+        self.device, self.world, self.verbose, self.received, self.previous = device, world, verbose, 0, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def handle(self, signum, frame):
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = self.received or signum
+        if self.verbose:
+            print(f"\n{signal.Signals(signum).name}: stopping after this batch and saving "
+                  "(Ctrl-C again: stop now, keeping the last checkpoint)", file=sys.stderr, flush=True)
+
+    def requested(self) -> int:
+        """The signal to stop for (0: none), agreed by every process."""
+        if self.world == 1:
+            return self.received
+        flag = torch.tensor(self.received, device=self.device)
+        dist.all_reduce(flag, dist.ReduceOp.MAX)
+        return int(flag.item())
+
+
+# ---- memory -------------------------------------------------------------------------------
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory for the process's next allocation (Linux; elsewhere a no-op).
+
+    By default glibc hands every block over 32 MB back to the operating system when it is
+    freed, and trims the heap's top; a training step frees and allocates such blocks every
+    step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time (on a
+    2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model:
+    RESULTS.md). The price: the process keeps the most memory it ever used. True when both
+    settings took."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # from <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**30))
