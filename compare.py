@@ -173,7 +173,7 @@ def maps_figure(runs: list, layer: int, out: Path) -> Path:
     for i, (run, m) in enumerate(zip(runs, maps)):
         H, W = m.shape[1:]
         for h in range(len(m)):
-            image = axes[i, h].imshow(m[h], cmap="viridis", vmin=0, vmax=1)
+            image = axes[i, h].imshow(m[h], cmap="viridis", norm=matplotlib.colors.PowerNorm(0.5, 0, 1))  # faint mass shows
             axes[i, h].add_patch(plt.Rectangle((W // 2 - 0.5, H // 2 - 0.5), 1, 1, fill=False, ec="white", lw=0.8))
         axes[i, 0].text(-0.1, 0.5, run["path"].name, fontsize=7, va="center", ha="right", transform=axes[i, 0].transAxes)
     bar = fig.colorbar(image, ax=axes, fraction=0.02, pad=0.02)
