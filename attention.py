@@ -196,7 +196,7 @@ class SelfAttention2d(nn.Module):
             self.key_dim = max(dim // heads, 1)
             self.W_qry = nn.Linear(dim, heads * self.key_dim, bias=False)
             self.W_key = nn.Linear(dim, heads * self.key_dim, bias=False)
-        self.dropout = Dropout(dropout)  # on the probabilities P
+        self.dropout = nn.Dropout(dropout)  # on the probabilities P (the authors' code)
         self.W_out = nn.Linear(heads * dim, out_dim or dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -315,30 +315,6 @@ class SelfAttention2d(nn.Module):
         W = p_col.shape[0]
         y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows
         return torch.bmm(p_col.expand(B * H, W, W), y)  # then along columns
-
-
-# ---- dropout with half the random draws (skip on first reading) -----------------------------
-
-class Dropout(nn.Dropout):
-    """nn.Dropout with half the random draws: each 31-bit integer the generator gives is cut
-    into two 15-bit uniforms, so p is rounded to a multiple of 2^-15 (0.1 -> 0.100006) and
-    kept values are scaled by 1 / (1 - rounded p). On a CPU, drawing random numbers is most
-    of dropout's time (RESULTS.md measures what halving the draws buys)."""
-
-    BITS = 15
-
-    def __init__(self, p: float = 0.5):
-        super().__init__(p)  # no in-place variant
-
-    def forward(self, x):
-        if not self.training or self.p == 0:
-            return x
-        n, cut = x.numel(), round(self.p * 2**self.BITS)  # drop where the uniform < cut
-        draws = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # [0, 2^31)
-        low, high = draws & (2**self.BITS - 1), draws >> (31 - self.BITS)
-        keep = torch.cat([low >= cut, high >= cut])[:n].view_as(x)
-        scale = 1 / (1 - cut / 2**self.BITS) if cut < 2**self.BITS else 0.0
-        return x * keep * scale
 
 
 def main():

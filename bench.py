@@ -18,8 +18,6 @@
    autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) and the
    paper's 6-block model at batch 16 (attention dropout off: the factorized path), and
    ResNet18.
-3. Dropout: a training step of the tiny model and of one paper-size block with every
-   block's dropout as attention.Dropout (half the random draws) against nn.Dropout.
 
 Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
@@ -27,7 +25,6 @@ CPU, neighbours slow some repeats by 20-50%, and ratios taken side by side stay 
 is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter, it is the
 bytes of tensors saved for the backward pass (the activation memory a training step holds).
 """
-import copy
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -190,29 +187,6 @@ def bench_models(device, cfg: Config) -> list:
     return rows
 
 
-def bench_dropout(device, cfg: Config) -> list:
-    """A training step with every block's dropout (p 0.1) as attention.Dropout (the model's,
-    half the random draws) and as nn.Dropout, in fp32 and under bf16, side by side."""
-    rows = []
-    for row, name, overrides, batch in model_sizes(cfg.quick):
-        if row not in ("tiny quadratic", "paper block quadratic"):
-            continue
-        torch.manual_seed(0)
-        ours = build_model(name, **overrides).to(device)
-        plain = copy.deepcopy(ours)
-        for block in plain.blocks:
-            block.dropout = torch.nn.Dropout(block.dropout.p)
-        steps = {}
-        for label, model in (("nn.Dropout", plain), ("attention.Dropout", ours)):
-            step = training_step(model, batch, device)
-            steps |= {(label, p): lambda d=d, step=step: step(d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
-        seconds = measure(steps, device, cfg.repeats)
-        rows += [dict(device=str(device), kind="dropout", name=row, batch=batch, precision=p,
-                      nn_dropout_s=seconds[("nn.Dropout", p)], ours_s=seconds[("attention.Dropout", p)])
-                 for p in ("fp32", "bf16")]
-    return rows
-
-
 def peaks(rows: list, device: str) -> dict:
     """{precision: the fastest matrix product timed beside any model row}, FLOP/s."""
     models = [r for r in rows if r["device"] == device and r["kind"] == "model"]
@@ -242,11 +216,6 @@ def print_tables(rows: list, hardware: dict):
         for fp32, bf16 in zip(models[::2], models[1::2]):
             print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}" + "".join(
                 f"{r['images_per_s']:>12.0f}{r['utilization']:>6.0%}{r['peak_flop_per_s'] / 1e9:>6.0f}" for r in (fp32, bf16)))
-        print(f"\nDropout in every block (p 0.1), a training step on {device}: nn.Dropout against attention.Dropout")
-        print(f"{'model':<24}{'batch':>6}{'precision':>10}{'nn ms':>9}{'ours ms':>9}{'speed-up':>10}")
-        for r in (r for r in rows if r["device"] == device and r["kind"] == "dropout"):
-            print(f"{r['name']:<24}{r['batch']:>6}{r['precision']:>10}{r['nn_dropout_s'] * 1e3:>9.1f}"
-                  f"{r['ours_s'] * 1e3:>9.1f}{r['nn_dropout_s'] / r['ours_s']:>9.2f}x")
 
 
 def main():
@@ -255,7 +224,7 @@ def main():
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows = []
     for device in map(torch.device, names):
-        rows += bench_models(device, cfg) + bench_layers(device, cfg) + bench_dropout(device, cfg)
+        rows += bench_models(device, cfg) + bench_layers(device, cfg)
     env = {name: environment(torch.device(name)) for name in names}
     print_tables(rows, {name: e["hardware"] for name, e in env.items()})
     if cfg.json:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attention import ENCODINGS, Dropout, SelfAttention2d, kernel_shifts
+from attention import ENCODINGS, SelfAttention2d, kernel_shifts
 
 MODELS = ENCODINGS + ("resnet18",)
 # Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
@@ -42,7 +42,7 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):  # [B, H, W, dim]
         x = self.norm1(x + self.dropout(self.attention_out(self.attention(x))))

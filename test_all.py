@@ -195,34 +195,6 @@ def test_the_model_passes_attention_dropout_to_its_layers():
     assert train_lib.Config().attention_dropout == 0.1  # the authors' code: on by default
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
-def test_dropout_keeps_one_minus_p_independently_and_rescales_as_nn_dropout_does(p):
-    torch.manual_seed(0)
-    x = (torch.rand(400, 500, dtype=torch.float64) + 1).requires_grad_()  # no zero to confuse with a drop
-    layer = attention.Dropout(p)
-    y = layer(x)
-    q = round(p * 2**15) / 2**15  # p on the 15-bit grid
-    kept, n = y != 0, x.numel()
-    assert abs(kept.double().mean() - (1 - q)) < 5 * math.sqrt(q * (1 - q) / n)
-    torch.testing.assert_close(y[kept], x[kept] / (1 - q))
-    y.backward(torch.ones_like(y))
-    torch.testing.assert_close(x.grad, kept.double() / (1 - q))  # the same mask and scale
-    # the first half of the mask comes from the low bits of the draws, the second from the
-    # high bits of the same draws: the two halves must not correlate
-    low, high = kept.flatten().double().chunk(2)
-    corr = ((low - low.mean()) * (high - high.mean())).mean() / (low.std() * high.std())
-    assert abs(corr) < 5 / math.sqrt(n / 2)
-    assert not torch.equal(layer(x) != 0, kept)  # a new mask every call
-    assert layer(x[:3, :7]).shape == (3, 7)  # an odd number of values
-    assert torch.equal(layer.eval()(x), x)
-
-
-def test_dropout_with_p_zero_or_one():
-    x = torch.randn(5, 3)
-    assert torch.equal(attention.Dropout(0.0)(x), x)
-    assert torch.equal(attention.Dropout(1.0)(x), torch.zeros_like(x))
-
-
 def test_dropout_on_probabilities_still_matches_dense_in_eval():
     fast, dense = pair("quadratic", (4, 4), dropout=0.5)
     x = torch.randn(2, 4, 4, 6, dtype=torch.float64)
