@@ -56,6 +56,7 @@ class Quadratic(nn.Module):
 
     separable = True
     undecayed = ("centers", "width")  # A.4: no weight decay on a Gaussian's center and spread
+    spread = ("width",)
     min_alpha = 0.0  # alpha = min_alpha + s^2 / 2: a floor keeps heads from widening to uniform
 
     def __init__(self, heads: int, center_std: float = 2.0):
@@ -86,6 +87,7 @@ class Gaussian(nn.Module):
 
     separable = False
     undecayed = ("centers", "inv_cov_sqrt")
+    spread = ("inv_cov_sqrt",)
 
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()

@@ -84,6 +84,8 @@ class Config:
     grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus that draw "
                                      "(ConViT's local init; A.4: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (A.4: 0): it cannot widen past it")
+    spread_hold: float = option(0.0, "fraction of the steps during which every head's spread (quadratic alpha, "
+                                     "gaussian Sigma^-1) keeps its start while the centers move (ours; A.4: 0)")
     warmup: float = option(0.05, "fraction of steps of linear warm-up")
     layers: int = option(6, "attention blocks")
     heads: object = option(9, "one number, or one per layer (pruned models)", type=int)
@@ -108,30 +110,44 @@ class Config:
 def make_optimizers(model, cfg: Config) -> list:
     """SGD of A.4. A Gaussian head's center and spread (quadratic, gaussian) are not
     weight-decayed; learned tables and head keys are. Every positional parameter (all of an
-    encoding's) takes `position_lr` times the learning rate. The first group holds the rest.
-    With `position_optimizer="adam"` the positional groups go to a second optimizer, Adam."""
+    encoding's) takes `position_lr` times the learning rate; the spreads (alpha, Sigma^-1)
+    have groups of their own, which `schedules` can hold still. The first group holds the
+    rest. With `position_optimizer="adam"` the positional groups go to a second optimizer, Adam."""
     undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
-    groups = {}  # (positional, decayed) -> parameters
+    spreads = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "spread", ())}
+    groups = {}  # (positional, decayed, spread) -> parameters
     for name, p in model.named_parameters():
-        groups.setdefault((".encoding." in name, id(p) not in undecayed), []).append(p)
-    groups = [dict(params=params, positional=positional, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
+        groups.setdefault((".encoding." in name, id(p) not in undecayed, id(p) in spreads), []).append(p)
+    groups = [dict(params=params, positional=positional, spread=spread,
+                   lr=cfg.lr * (cfg.position_lr if positional else 1.0),
                    weight_decay=cfg.weight_decay if decayed else 0.0)
-              for (positional, decayed), params in sorted(groups.items())]
-    adam = [g for g in groups if g["positional"]] if cfg.position_optimizer == "adam" else []
-    sgd = torch.optim.SGD([g for g in groups if g not in adam], lr=cfg.lr, momentum=cfg.momentum)
+              for (positional, decayed, spread), params in sorted(groups.items())]
+    to_adam = [cfg.position_optimizer == "adam" and g["positional"] for g in groups]
+    adam = [g for g, a in zip(groups, to_adam) if a]
+    sgd = torch.optim.SGD([g for g, a in zip(groups, to_adam) if not a], lr=cfg.lr, momentum=cfg.momentum)
     return [sgd, torch.optim.Adam(adam)] if adam else [sgd]
 
 
-def warmup_cosine(total_steps: int, warmup: float):
-    """Learning-rate factor at each step: linear from 1/w to 1 over w steps, then cosine to 0."""
-    w = max(1, round(warmup * total_steps))
+def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
+    """Learning-rate factor at each step: linear from 1/w to 1 over w steps, then cosine to 0;
+    0 for the first `hold` fraction of the steps."""
+    w, held = max(1, round(warmup * total_steps)), round(hold * total_steps)
 
     def factor(step):
+        if step < held:
+            return 0.0
         if step < w:
             return (step + 1) / w
         return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total_steps - w))))
 
     return factor
+
+
+def schedules(optimizers, total_steps: int, cfg: Config) -> list:
+    """One LambdaLR an optimizer: warm-up and cosine for every group; the spreads' groups are
+    held at their start for the first `spread_hold` of the steps."""
+    return [torch.optim.lr_scheduler.LambdaLR(o, [warmup_cosine(total_steps, cfg.warmup, cfg.spread_hold * g["spread"])
+                                                  for g in o.param_groups]) for o in optimizers]
 
 
 def train_steps(net, batches, optimizers, schedulers, precision: Precision):
@@ -197,7 +213,7 @@ def check_config(cfg: Config):
     if cfg.subset < 0:
         raise ValueError(f"--subset must be 0 (all images) or a number of images, got {cfg.subset}")
     for name, low, high in (("lr", 0, math.inf), ("position_lr", 0, math.inf), ("momentum", 0, 1),
-                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("dropout", 0, 1),
+                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("dropout", 0, 1),
                             ("attention_dropout", 0, 1)):
         if not low <= getattr(cfg, name) <= high or (name.endswith("dropout") and getattr(cfg, name) == 1):
             raise ValueError(f"{flag(name)} must lie in [{low}, {high}{')' if name.endswith('dropout') else ']'}, "
@@ -241,8 +257,7 @@ class Trainer:
         self.model = (model or model_from_config(asdict(cfg))).to(device)
         self.optimizers = make_optimizers(self.model, cfg)
         total_steps = cfg.epochs * len(self.train_batches)
-        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine(total_steps, cfg.warmup))
-                           for o in self.optimizers]
+        self.schedulers = schedules(self.optimizers, total_steps, cfg)
         self.epoch, self.step, self.history = 0, 0, []
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch: loss sum, correct, seen
         self.seconds = 0.0  # this epoch's training seconds so far
