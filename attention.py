@@ -15,10 +15,10 @@ Conventions, used in every file of this project:
 Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_val^(h)` and
 the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
 
-Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, whose
-`forward` is eq. 12 over the full T x T probabilities (`impl="dense"`, the reference). The
-default `impl="fast"` computes the same function in fewer operations; it is defined after
-the layer's equations and tested against them to float precision.
+Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, the
+layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities. The
+file ends with `FastSelfAttention2d`, the same function in fewer operations, which the
+network uses; tests hold it to `SelfAttention2d` in values and gradients.
 """
 import math
 
@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 ENCODINGS = ("quadratic", "gaussian", "learned", "sinusoidal", "mlp")
-IMPLS = ("dense", "fast")
 
 
 def kernel_shifts(heads: int) -> torch.Tensor:
@@ -52,26 +51,31 @@ def shift_table(H: int, W: int) -> torch.Tensor:
 
 
 class Quadratic(nn.Module):
-    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head."""
+    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head.
 
-    separable = True
-    undecayed = ("centers", "width")  # A.4: no weight decay on a Gaussian's center and spread
-    spread = ("width",)
-    min_alpha = 0.0  # alpha = min_alpha + s^2 / 2: a floor keeps heads from widening to uniform
+    alpha = min_alpha + sqrt_2alpha^2 / 2, positive by construction (the authors' code: alpha =
+    s^2 / 2, s ~ N(1, 0.01), so alpha starts near 0.5). `min_alpha` (default 0, a buffer saved
+    with the weights) is a floor of ours: a head cannot widen past it."""
 
-    def __init__(self, heads: int, center_std: float = 2.0):
+    separable = True  # the logits are a row term plus a column term
+    undecayed = ("centers", "sqrt_2alpha")  # the authors' code: no weight decay on centers and widths
+    spread = ("sqrt_2alpha",)
+
+    def __init__(self, heads: int, center_std: float = 2.0, min_alpha: float = 0.0):
         super().__init__()
         self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)  # Delta ~ N(0, std^2 I)
-        self.width = nn.Parameter(1.0 + 0.01 * torch.randn(heads))  # s, with alpha = s^2 / 2 > 0
+        self.sqrt_2alpha = nn.Parameter(1.0 + 0.01 * torch.randn(heads))
+        self.register_buffer("min_alpha", torch.tensor(float(min_alpha)))
 
     @property
     def alpha(self) -> torch.Tensor:
-        return self.min_alpha + self.width**2 / 2
+        return self.min_alpha + self.sqrt_2alpha**2 / 2
 
     @alpha.setter
     def alpha(self, value):
         with torch.no_grad():
-            self.width.copy_(torch.as_tensor(2 * (value - self.min_alpha)).clamp(min=0).sqrt().expand_as(self.width))
+            root = (2 * (torch.as_tensor(value) - self.min_alpha)).clamp(min=0).sqrt()
+            self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]
         d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)
@@ -85,8 +89,8 @@ class Quadratic(nn.Module):
 class Gaussian(nn.Module):
     """Eq. 16: logit = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta), Sigma^-1 = S S^T (A.1)."""
 
-    separable = False
-    undecayed = ("centers", "inv_cov_sqrt")
+    separable = False  # the cross term of Sigma^-1 couples rows and columns
+    undecayed = ("centers", "inv_cov_sqrt")  # the authors' code: no weight decay on centers and spreads
     spread = ("inv_cov_sqrt",)
 
     def __init__(self, heads: int, center_std: float = 2.0):
@@ -107,10 +111,11 @@ class Gaussian(nn.Module):
 class RowColumn(nn.Module):
     """Section 4.3: logit = u_h . r_row[delta_row] + w_h . r_col[delta_col], with tables over
     the shifts -(n-1)..n-1 of each axis. Learned tables (`learned`) or fixed sinusoids of the
-    shift (`sinusoidal`, the reviewer's suggestion)."""
+    shift (`sinusoidal`, a suggestion of the paper's reviewers). Each table is `dim` wide, as in
+    the authors' code (Table 1's 12.3M parameters); section 4.3 writes floor(D_p / 2) each."""
 
     separable = True
-    undecayed = ()  # tables and head keys are weight-decayed like any weight
+    undecayed = ()  # tables and head keys are weight-decayed like any weight (the authors' code)
 
     def __init__(self, heads: int, grid: tuple, dim: int, learned: bool = True):
         super().__init__()
@@ -143,7 +148,7 @@ class RowColumn(nn.Module):
 
 
 class ShiftMLP(nn.Module):
-    """Beyond the paper (the reviewer's question): logits are a learned smooth function of the
+    """Beyond the paper (a question of its reviewers): logits are a learned smooth function of the
     shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
     enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
     to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
@@ -161,38 +166,44 @@ class ShiftMLP(nn.Module):
         return self.net(delta).movedim(-1, 0)
 
 
-def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: float = 2.0) -> nn.Module:
+def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: float = 2.0,
+                  min_alpha: float = 0.0) -> nn.Module:
     """An encoding by name. Centers (quadratic, gaussian) start at N(0, center_std^2 I): the
     authors' code draws standard deviation 2, the paper writes N(0, 2 I) (variance 2)."""
     if name not in ENCODINGS:
         raise ValueError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
+    if min_alpha and name != "quadratic":
+        raise ValueError(f"min_alpha is a floor of the quadratic encoding's alpha; {name} has no alpha")
     if name in ("learned", "sinusoidal"):
         return RowColumn(heads, grid, dim, learned=name == "learned")
     if name == "mlp":
         return ShiftMLP(heads)
-    return (Quadratic if name == "quadratic" else Gaussian)(heads, center_std)
+    if name == "gaussian":
+        return Gaussian(heads, center_std)
+    return Quadratic(heads, center_std, min_alpha)
 
 
 class SelfAttention2d(nn.Module):
-    """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12).
+    """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12), as the paper writes it.
 
     x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
     dim-dimensional input with its probabilities (D_h = dim, section 4.3 (ii)); the results
-    are concatenated and projected by `W_out = Linear(heads * dim, out_dim)`.
+    are concatenated and projected by `W_out = Linear(heads * dim, out_dim)`. The logits are
+    the encoding's (position only) unless `content=True` adds eq. 8's first term, the data
+    term x_q W_qry W_key^T x_k, scaled by 1 / sqrt(D_k) as in Vaswani et al.; eq. 8's mixed
+    terms are not used. `dropout` acts on the probabilities (the authors' code).
     """
 
     def __init__(self, dim: int, heads: int = 9, grid: tuple = (16, 16), encoding: str = "quadratic",
-                 content: bool = False, dropout: float = 0.0, impl: str = "fast", out_dim: int = None,
-                 center_std: float = 2.0):
+                 content: bool = False, dropout: float = 0.0, out_dim: int = None, center_std: float = 2.0,
+                 min_alpha: float = 0.0):
         super().__init__()
         for name, value in (("dim", dim), ("heads", heads), ("out_dim", out_dim or dim)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if impl not in IMPLS:
-            raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
-        self.dim, self.heads, self.impl, self.content = dim, heads, impl, content
+        self.dim, self.heads, self.content = dim, heads, content
         self.grid = self._check_grid(grid)
-        self.encoding = make_encoding(encoding, heads, self.grid, dim, center_std)
+        self.encoding = make_encoding(encoding, heads, self.grid, dim, center_std, min_alpha)
         self.encoding_name = encoding
         if content:  # eq. 8, first term: x_q W_qry W_key^T x_k / sqrt(D_k)
             self.key_dim = max(dim // heads, 1)
@@ -204,8 +215,6 @@ class SelfAttention2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eq. 12: MHSA(X) = concat_h [P_h X] W_out + b_out, each head's W_val folded into W_out (eq. 11)."""
         B, H, W, D = self._check_input(x).shape
-        if self.impl == "fast" and not self.content:
-            return self._fast_forward(x)  # the same function in fewer operations (below)
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
         heads_out = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))
         return self.W_out(heads_out.reshape(B, H, W, -1))  # [B, T, heads, D] -> concat_h -> W_out
@@ -213,23 +222,20 @@ class SelfAttention2d(nn.Module):
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
         """P = softmax over keys of the logits (eq. 6): P [heads, T, T], or with content=True
         (eq. 8's data term added) [B, heads, T, T], which needs the input x [B, H, W, dim]."""
-        if self.separable:
-            return self._separable_probs()  # the same probabilities, from two small softmaxes (below)
-        logits = self._position_logits()  # [heads, T, T]
+        logits = self.position_logits()  # [heads, T, T]
         if self.content:
             if x is None:
                 raise ValueError("content=True: attention_probs needs the input x")
-            logits = logits + self._content_logits(self._check_input(x).flatten(1, 2))
+            logits = logits + self.content_logits(self._check_input(x).flatten(1, 2))
         return logits.softmax(-1)
 
-    def _position_logits(self):  # eqs. 9, 15, 16, section 4.3: [heads, T, T]
+    def position_logits(self) -> torch.Tensor:
+        """Eqs. 9, 15, 16 or section 4.3 at every (query, key) pair's shift: [heads, T, T]."""
         H, W = self.grid
-        like = self.W_out.weight  # shifts take the layer's device and dtype
-        if self.impl == "fast":
-            return self._table_logits()  # the same logits, the encoding evaluated once per distinct shift
-        return self.encoding.logits(pairwise_shifts(H, W).to(like))  # every (query, key) pair
+        return self.encoding.logits(pairwise_shifts(H, W).to(self.W_out.weight))
 
-    def _content_logits(self, x):  # eq. 8, first term. x [B, T, dim] -> [B, heads, T, T]
+    def content_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 8, first term. x [B, T, dim] -> [B, heads, T, T]."""
         B, T, _ = x.shape
         q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
         k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
@@ -255,25 +261,33 @@ class SelfAttention2d(nn.Module):
             raise ValueError(f"{self.encoding_name} tables are sized for grid {self.grid}, not {grid}")
         self.grid = grid
 
-    # ---- the fast path (impl="fast", the default; skip on first reading) ----------------------
-    # Position-only probabilities are the same for every image: computed once per forward from
-    # the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus a
-    # column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
-    # P_h = P_h^row (x) P_h^col, so each head is an H x H and a W x W product instead of a
-    # T x T one. Tests hold every output and gradient to the dense path above.
+
+# ---- the same layer in fewer operations (skip on first reading) ------------------------------
+
+class FastSelfAttention2d(SelfAttention2d):
+    """SelfAttention2d computed in fewer operations: the same constructor, parameters and
+    state_dict (a checkpoint loads into either), equal in values and gradients (test_all.py).
+
+    Position-only probabilities are the same for every image: computed once per forward from
+    the (2H-1) x (2W-1) table of distinct shifts. When the logits are a row term plus a
+    column term (quadratic, learned, sinusoidal) the softmax over the full grid factorizes,
+    P_h = P_h^row (x) P_h^col, so each head is an H x H and a W x W product instead of a
+    T x T one. Content layers (eq. 8) are computed as the paper's layer computes them.
+    """
 
     @property
-    def separable(self) -> bool:
+    def factorized(self) -> bool:
         """Row x column factorization applies: separable logits, no content, no dropout on P."""
-        return (self.impl == "fast" and self.encoding.separable and not self.content
-                and not (self.training and self.dropout.p > 0))
+        return self.encoding.separable and not self.content and not (self.training and self.dropout.p > 0)
 
-    def _fast_forward(self, x):  # eq. 12 for position-only heads: [B, H, W, D] -> [B, H, W, out_dim]
-        B, H, W, D = x.shape
+    def forward(self, x):  # eq. 12 for position-only heads: [B, H, W, D] -> [B, H, W, out_dim]
+        if self.content:
+            return super().forward(x)
+        B, H, W, D = self._check_input(x).shape
         if torch.is_autocast_enabled(x.device.type):  # cast x once, not once per head
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        if self.separable:
-            p_row, p_col = self._axis_probs()
+        if self.factorized:
+            p_row, p_col = self.axis_probs()
             x_rows = x.reshape(B, H, W * D)
             mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
         else:
@@ -287,7 +301,16 @@ class SelfAttention2d(nn.Module):
         y = torch.stack(mixed, dim=-2)  # [..., heads, D]: eq. 12's concatenation
         return self.W_out(y.view(B, H, W, -1))
 
-    def _table_logits(self):  # [heads, T, T], gathered from the encoding of each distinct shift
+    def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
+        if self.content:
+            return super().attention_probs(x)
+        if self.encoding.separable:  # P_h = P_h^row (x) P_h^col: [heads, T, T]
+            p_row, p_col = self.axis_probs()
+            T = p_row.shape[1] * p_col.shape[1]
+            return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(-1, T, T)
+        return self.position_logits().softmax(-1)
+
+    def position_logits(self):  # [heads, T, T], gathered from the encoding of each distinct shift
         H, W = self.grid
         like = self.W_out.weight
         table = self.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
@@ -297,17 +320,12 @@ class SelfAttention2d(nn.Module):
         index = (rows * (2 * W - 1) + cols).reshape(H * W, H * W)  # [T, T]
         return table.flatten(1)[:, index]
 
-    def _axis_probs(self):  # P^row [heads, H, H], P^col [heads, W, W]
+    def axis_probs(self):  # P^row [heads, H, H], P^col [heads, W, W]
         weight = self.W_out.weight
         rows, cols = (torch.arange(n, device=weight.device, dtype=weight.dtype) for n in self.grid)
         p_row = self.encoding.axis_logits(rows[None, :] - rows[:, None], 0).softmax(-1)
         p_col = self.encoding.axis_logits(cols[None, :] - cols[:, None], 1).softmax(-1)
         return p_row, p_col
-
-    def _separable_probs(self):  # P_h = P_h^row (x) P_h^col: [heads, T, T]
-        p_row, p_col = self._axis_probs()
-        T = p_row.shape[1] * p_col.shape[1]
-        return (p_row[:, :, None, :, None] * p_col[:, None, :, None, :]).reshape(-1, T, T)
 
     @staticmethod
     def _mix(x_rows, p_row, p_col):  # [B, H, W * D] -> [B * H, W, D], one head
@@ -324,12 +342,12 @@ def main():
     x = torch.randn(2, 8, 6, 32)
     for name in ENCODINGS:
         layer = SelfAttention2d(32, heads=4, grid=(8, 6), encoding=name)
-        dense = SelfAttention2d(32, heads=4, grid=(8, 6), encoding=name, impl="dense")
-        dense.load_state_dict(layer.state_dict())
-        err = (layer(x) - dense(x)).abs().max().item()
+        fast = FastSelfAttention2d(32, heads=4, grid=(8, 6), encoding=name)
+        fast.load_state_dict(layer.state_dict())
+        err = (layer(x) - fast(x)).abs().max().item()
         params = sum(p.numel() for p in layer.encoding.parameters())
         print(f"{name:>10}: out {list(layer(x).shape)}, positional parameters {params:>5}, "
-              f"max |fast - dense| = {err:.1e}")
+              f"max |paper's layer - fast| = {err:.1e}")
 
 
 if __name__ == "__main__":

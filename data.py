@@ -1,6 +1,6 @@
 """CIFAR-10 (section 4.1): download, verify, load; batches made on the training device.
 
-    python data.py [--data-dir data] [--dataset cifar10|synthetic]   # summary + sample grid
+    python data.py [--data-dir data] [--dataset cifar10|synthetic]   # summary, identity, sample grid
 
 Images stay uint8 on the training device; augmentation (random crop 32 with 4 pixels of
 zero padding, horizontal flip) and normalization run on whole batches there, with no
@@ -13,7 +13,6 @@ each class is a 4 x 4 binary motif tiled over the image at a random phase, in ra
 colours, with noise. Every pixel is "on" with probability 1/2 in every class, so per-pixel
 colour statistics carry no label information; only local spatial patterns do.
 """
-import argparse
 import hashlib
 import pickle
 import sys
@@ -26,11 +25,25 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from flags import option, parse_flags
+
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+# The md5 of the six batch files' md5s (in BATCHES order) names the copy a run read: the
+# official files (their md5s as torchvision lists them), or the JPEG q75 rebuild used for
+# development on machines that cannot download the archive (README: Data).
+KNOWN_COPIES = {
+    hashlib.md5("c99cafc152244af753f735de768cd75f d4bba439e000b95fd0a9bffe97cbabec 54ebc095f3ab1f0389bbae665268c751 "
+                "634d18415352ddfa80567beed471001a 482c414d41f54cd18b22e5b47cb7c3cb 40351d587109b95175f43aff81a1287e"
+                .encode()).hexdigest(): "CIFAR-10",
+    hashlib.md5("de0bff498a99b8abbce341fde4752b3c f03a460543db8de94aa9d8a5c851d5eb 2487c6a4a97686222c5ebf3d8481715b "
+                "b7c0cab468242b48a6c6c5ecc5657917 1662c97eb1661820d41361b06e78e703 d67bf351bcb7fc2fe981c4b1e3ace8ca"
+                .encode()).hexdigest(): "CIFAR-10 (JPEG q75 copy)",
+}
 
 
 class DataError(RuntimeError):
@@ -166,6 +179,19 @@ def load(dataset: str, data_dir="data", seed: int = 0) -> tuple:
     raise ValueError(f"unknown dataset {dataset!r}; choose cifar10 or synthetic")
 
 
+def identity(dataset: str, data_dir="data", seed: int = 0) -> dict:
+    """What a run reads, for its record: {"name", "md5"}. CIFAR-10: the md5 of its six batch
+    files' md5s, named after the copy it matches; synthetic: the md5 of the images it makes."""
+    if dataset == "synthetic":
+        train, test = make_synthetic(seed=seed)
+        digest = hashlib.md5(train.images.numpy().tobytes() + test.images.numpy().tobytes()).hexdigest()
+        return dict(name=f"synthetic motifs (seed {seed})", md5=digest)
+    folder = Path(data_dir) / FOLDER
+    digest = hashlib.md5(" ".join(md5sum(folder / name) for name in BATCHES).encode()).hexdigest()
+    return dict(name=KNOWN_COPIES.get(digest, "CIFAR-10 (an unknown copy: its files match neither the official "
+                                               "batches nor the JPEG q75 copy)"), md5=digest)
+
+
 def training_subset(train: Split, subset: int, seed: int) -> Split:
     """The `subset` training images a run uses (0: all), a fixed random choice of its seed."""
     if subset > len(train.labels):
@@ -261,12 +287,15 @@ def save_grid(split: Split, path: Path, names=CLASSES, per_class: int = 8):
     plt.close(fig)
 
 
+@dataclass
+class Config:
+    data_dir: str = option("data", "folder holding (or to receive) CIFAR-10")
+    dataset: str = option("cifar10", "CIFAR-10, or tiled motifs made in memory", choices=["cifar10", "synthetic"])
+    out: str = option("runs/data", "folder for the sample grid")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="data", help="folder holding (or to receive) CIFAR-10")
-    parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
-    parser.add_argument("--out", default="figures", help="folder for the sample grid")
-    args = parser.parse_args()
+    args = Config(**parse_flags(Config, __doc__))
     try:
         train, test = load(args.dataset, args.data_dir)
     except DataError as e:
@@ -276,6 +305,8 @@ def main():
         counts = torch.bincount(split.labels, minlength=10).tolist()
         print(f"{name}: {len(split.labels)} images {list(split.images.shape[1:])} uint8, per class {counts}")
     print(f"train mean {[round(v, 4) for v in mean.tolist()]}, std {[round(v, 4) for v in std.tolist()]} (RGB, [0, 1])")
+    found = identity(args.dataset, args.data_dir)
+    print(f"data: {found['name']} (md5 {found['md5']})")
     path = Path(args.out) / f"data_{args.dataset}_samples.png"
     save_grid(train, path, CLASSES if args.dataset == "cifar10" else [f"motif {c}" for c in range(10)])
     print(f"wrote {path}")

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attention import ENCODINGS, SelfAttention2d, kernel_shifts
+from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d, kernel_shifts
 
 MODELS = ENCODINGS + ("resnet18",)
 # Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
@@ -33,11 +33,9 @@ def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
 class Block(nn.Module):
     """A post-LN transformer block whose attention is SelfAttention2d (BERT layout, eps 1e-12)."""
 
-    def __init__(self, dim, heads, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl, center_std,
-                 eps=1e-12):
+    def __init__(self, attention: SelfAttention2d, dim, ffn_dim, dropout, eps=1e-12):
         super().__init__()
-        self.attention = SelfAttention2d(dim, heads, grid, encoding, content, attention_dropout, impl,
-                                         center_std=center_std)
+        self.attention = attention
         self.attention_out = nn.Linear(dim, dim)  # BERT's output projection after W_out (the authors' code; Table 1's count)
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
@@ -54,27 +52,28 @@ class SelfAttentionNet(nn.Module):
 
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
                  ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
-                 content: bool = False, image_size: int = 32, num_classes: int = 10, impl: str = "fast",
-                 center_std: float = 2.0, grid_start: bool = False, min_alpha: float = 0.0):
+                 content: bool = False, image_size: int = 32, num_classes: int = 10, center_std: float = 2.0,
+                 grid_start: bool = False, min_alpha: float = 0.0, layer: type = FastSelfAttention2d):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
             raise ValueError(f"heads lists {len(heads)} layers, the model has {layers}")
         if image_size % 2:
             raise ValueError(f"image_size must be even for 2x2 space-to-depth, got {image_size}")
+        if grid_start and encoding not in ("quadratic", "gaussian"):
+            raise ValueError(f"grid_start moves head centers; {encoding} heads have none")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
-        self.blocks = nn.ModuleList(Block(dim, n, grid, encoding, content, ffn_dim, dropout, attention_dropout, impl,
-                                          center_std) for n in heads)
+        # `layer` is the paper's SelfAttention2d computed in fewer operations (FastSelfAttention2d,
+        # held equal to it by the tests); layer=SelfAttention2d runs eq. 12 as written.
+        self.blocks = nn.ModuleList(Block(layer(dim, n, grid, encoding, content, attention_dropout, center_std=center_std,
+                                                min_alpha=min_alpha), dim, ffn_dim, dropout) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
-        for layer in self.attention_layers:
-            if layer.encoding_name == "quadratic":
-                layer.encoding.min_alpha = min_alpha
         if grid_start:  # ConViT's local init: head h starts at the h-th shift of a K x K kernel, plus its draw
-            for layer in self.attention_layers:
-                if hasattr(layer.encoding, "centers") and math.isqrt(layer.heads) ** 2 == layer.heads:
+            for attention in self.attention_layers:
+                if hasattr(attention.encoding, "centers") and math.isqrt(attention.heads) ** 2 == attention.heads:
                     with torch.no_grad():  # (a pruned layer keeps its draw: its weights come from a checkpoint)
-                        layer.encoding.centers += kernel_shifts(layer.heads)
+                        attention.encoding.centers += kernel_shifts(attention.heads)
 
     def forward(self, images):  # [B, 3, H, W]
         x = self.embed(space_to_depth(images))  # [B, H/2, W/2, dim]
@@ -153,12 +152,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def set_impl(model: nn.Module, impl: str):
-    for m in model.modules():
-        if isinstance(m, SelfAttention2d):
-            m.impl = impl
-
-
 def paper_flops(model: nn.Module, image_size: int = 32) -> int:
     """FLOPs per image as the paper counts them: 2 x multiply-adds of Linear and Conv2d only."""
     macs = []
@@ -194,15 +187,13 @@ def main():
         torch.manual_seed(0)
         model = build_model(name)
         paper_p, paper_f = (f"{v / s:.1f}{u}" for v, s, u in zip(PAPER.get(name, (0, 0)), (1e6, 1e9), "MB"))
-        set_impl(model, "dense")
-        dense = counted_flops(model)
-        set_impl(model, "fast")
+        dense = counted_flops(build_model(name, layer=SelfAttention2d)) if name != "resnet18" else counted_flops(model)
         print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
               f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
               f"{dense / 1e9:>17.2f}B{counted_flops(model) / 1e9:>7.2f}B")
     print("Paper convention: 2 x multiply-adds of Linear/Conv layers only; the attention product "
           "P_h X (9 x 256 x 256 x 400 multiply-adds a layer) is not counted.\n'all FLOPs' "
-          "counts every matrix product (torch.utils.flop_counter) per image for impl dense / fast.")
+          "counts every matrix product (torch.utils.flop_counter) per image for the paper's layer / the fast one.")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Theorem 1 made numeric: multi-head self-attention with quadratic encoding is a convolution.
 
-    python prove.py [--out DIR]     # 12 s on a 2-core CPU; the figure goes to runs/prove
+    python prove.py [--out DIR]     # seconds on a CPU; the figure goes to runs/prove
 
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
 layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9) with
@@ -13,15 +13,13 @@ are the input padded with K//2 rings of zero tokens; outputs are kept for the or
 pixels only. Without this a border head would attend to the nearest pixel inside the image.
 
 The converse (`attention_to_conv`): every position-only layer, of any encoding, is a sum of
-normalized convolutions with full-image kernels, one per head. `locality` and
-`grid_coverage` measure how close a layer is to Lemma 1's construction: how much of its
-kernel lies next to the query, and how many heads sit sharply on distinct pixels.
+normalized convolutions with full-image kernels, one per head. measures.py uses it to say
+how close a trained layer is to Lemma 1's construction.
 
 Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, where
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
 move onto the 3 x 3 grid of shifts.
 """
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
 from flags import option, parse_flags
+from measures import measures
 
 
 class ConvAsAttention(nn.Module):
@@ -129,88 +128,14 @@ def attention_to_conv(layer: SelfAttention2d) -> AttentionAsConv:
     return AttentionAsConv(layer)
 
 
-def central_probs(layer: SelfAttention2d, x: torch.Tensor = None) -> torch.Tensor:
-    """The central query's probabilities over the keys, P[h, q, :] at q = (H//2, W//2): [heads, H, W].
-    A content layer needs its input x [1, H, W, D]; the measures below refuse content layers."""
-    H, W = layer.grid
-    with torch.no_grad():
-        P = layer.attention_probs(x)
-    P = P[0] if P.dim() == 4 else P  # content: the first image's
-    return P[:, (H // 2) * W + W // 2].view(-1, H, W)
-
-
-def locality(layer: SelfAttention2d, size: int) -> float:
-    """Share of the central query's kernel energy inside the size x size window around it.
-
-    By the converse of Theorem 1 the query's output is sum_delta x_{q+delta} M(delta) with
-    M(delta) = sum_h p_h(delta) W^(h); its energy ||M(delta)||_F^2 = p(delta)^T G p(delta) uses
-    the Gram matrix G[h, h'] = <W^(h), W^(h')>_F. 1.0 for a size x size convolution; a uniform
-    layer gives the window's share of the grid.
-    """
-    p = central_probs(layer).double()  # [heads, H, W]
-    W_h = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)
-    energy = torch.einsum("hab,hg,gab->ab", p, W_h @ W_h.T, p)  # [H, W]
-    H, W = layer.grid
-    r, c = H // 2 - size // 2, W // 2 - size // 2
-    return (energy[max(r, 0):r + size, max(c, 0):c + size].sum() / energy.sum()).item()
-
-
-def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = 0.5) -> int:
-    """Distinct integer shifts that hold a head's center within `radius` pixels, that head
-    putting at least `mass` of the central query's probability on that one pixel (a head of
-    Lemma 1). For encodings with centers (quadratic, gaussian)."""
-    if not hasattr(layer.encoding, "centers"):
-        raise ValueError(f"{layer.encoding_name} heads have no centers")
-    p = central_probs(layer)
-    H, W = layer.grid
-    shifts = set()
-    for h, center in enumerate(layer.encoding.centers.detach().tolist()):
-        nearest = [round(c) for c in center]
-        row, col = H // 2 + nearest[0], W // 2 + nearest[1]
-        close = math.dist(center, nearest) <= radius
-        if close and 0 <= row < H and 0 <= col < W and p[h, row, col] >= mass:
-            shifts.add(tuple(nearest))
-    return len(shifts)
-
-
-def around_query(layer: SelfAttention2d, mass: float = 0.5) -> dict:
-    """Where the one-pixel heads lie around the central query, for any position-only encoding.
-    A head is one-pixel when it puts at least `mass` of the query's probability on one pixel.
-    `one_pixel`: distinct pixels holding such a head; `ring`: how many of the 8 pixels of the
-    3x3 ring around the query hold one (8 for a 3x3 convolution); `sides`: on how many of the
-    four sides (above, below, left, right: rows or columns beyond the query's) one lies."""
-    p = central_probs(layer)  # [heads, H, W]
-    H, W = layer.grid
-    best = p.flatten(1).max(1)
-    pixels = {divmod(k, W) for k, v in zip(best.indices.tolist(), best.values.tolist()) if v >= mass}
-    shifts = {(r - H // 2, c - W // 2) for r, c in pixels}  # delta = key - query
-    ring = sum(max(abs(dr), abs(dc)) == 1 for dr, dc in shifts)
-    sides = [any(dr < 0 for dr, _ in shifts), any(dr > 0 for dr, _ in shifts),
-             any(dc < 0 for _, dc in shifts), any(dc > 0 for _, dc in shifts)]
-    return {"one_pixel": len(shifts), "ring": ring, "sides": sum(sides)}
-
-
-def measures(layer: SelfAttention2d) -> dict:
-    """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query and, for
-    heads with centers, grid coverage."""
-    found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)} | around_query(layer)
-    if hasattr(layer.encoding, "centers"):
-        found["coverage"] = grid_coverage(layer)
-    return found
-
-
-def layer_measures(model: nn.Module) -> list:
-    """`measures` of every attention layer of a model (None for a content layer: no fixed kernel)."""
-    return [None if layer.content else measures(layer) for layer in getattr(model, "attention_layers", [])]
-
-
 @dataclass
 class Config:
     alphas: list = option([0.5, 1, 2, 5, 10, 20, 40, 80], "alphas of the error table", nargs="+", type=float)
     steps: int = option(1000, "gradient steps of the learnability demo")
     lr: float = option(0.1, "peak learning rate of the demo's one-cycle Adam schedule")
     seed: int = option(0, "the one seed")
-    out: str = option("runs/prove", "folder for the figure (the README's is made with --out figures)")
+    out: str = option("runs/prove", "folder for the learnability figure (README's figures/prove_learnability.png: "
+                                    "--out figures)")
 
 
 def photo(size: int = 48) -> torch.Tensor:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import prove
+from measures import central_probs
 from model import model_from_config
 
 
@@ -88,7 +88,7 @@ def head_snapshot(model) -> list:
             extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
             layers.append({k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()})
         elif not layer.content:
-            layers.append({"central": prove.central_probs(layer).cpu().double().numpy().round(4).tolist()})
+            layers.append({"central": central_probs(layer).cpu().double().numpy().round(4).tolist()})
     return layers
 
 

@@ -34,7 +34,8 @@ import prove
 import prune as prune_lib
 import train as train_lib
 import visualize as viz
-from attention import ENCODINGS, SelfAttention2d
+import measures
+from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -49,10 +50,10 @@ def randomized(layer: nn.Module, seed: int = 0) -> nn.Module:
 
 
 def pair(encoding, grid, heads=4, dim=6, content=False, dropout=0.0):
-    """The same layer twice, fast and dense, sharing one state_dict (float64)."""
+    """The same layer twice, fast and as the paper writes it (dense), sharing one state_dict (float64)."""
     torch.manual_seed(0)
-    fast = randomized(SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="fast")).double()
-    dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="dense").double()
+    fast = randomized(FastSelfAttention2d(dim, heads, grid, encoding, content, dropout)).double()
+    dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout).double()
     dense.load_state_dict(fast.state_dict())
     return fast, dense
 
@@ -201,7 +202,7 @@ def test_dropout_on_probabilities_still_matches_dense_in_eval():
     fast.eval(), dense.eval()
     torch.testing.assert_close(fast(x), dense(x))
     fast.train()
-    assert not fast.separable  # dropout on P breaks the factorization: the full product is used
+    assert not fast.factorized  # dropout on P breaks the factorization: the full product is used
 
 
 # ---- Bad inputs get one clear error ----------------------------------------------------------
@@ -210,7 +211,6 @@ def test_dropout_on_probabilities_still_matches_dense_in_eval():
     (dict(dim=0), "dim must be a positive integer"),
     (dict(heads=2.5), "heads must be a positive integer"),
     (dict(encoding="rotary"), "unknown encoding 'rotary'"),
-    (dict(impl="cuda"), "unknown impl"),
     (dict(grid=(16,)), "grid must be two positive integers"),
 ])
 def test_bad_layer_arguments(kwargs, match):
@@ -307,30 +307,35 @@ def test_locality_is_the_kernel_energy_near_the_query():
                                        for j in range(8)]) for i in range(9)])
     for size in (3, 5):
         window = energy[4 - size // 2:4 + size // 2 + 1, 4 - size // 2:4 + size // 2 + 1].sum()
-        assert prove.locality(layer, size) == pytest.approx((window / energy.sum()).item(), rel=1e-9)
+        assert measures.locality(layer, size) == pytest.approx((window / energy.sum()).item(), rel=1e-9)
 
 
 def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
     torch.manual_seed(0)
     layer = prove.conv_to_attention(nn.Conv2d(4, 5, 3, padding=1), alpha=50.0).attention
     layer.set_grid((9, 9))
-    assert prove.measures(layer) == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9,
-                                                   "one_pixel": 9, "ring": 8, "sides": 4})
+    assert measures.measures(layer) == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9,
+                                                   "one_pixel": 9, "ring": 8, "sides": 4, "inside_5x5": 9})
     layer.encoding.alpha = 1.0  # heads spread: no pixel holds half a head's mass
-    assert prove.grid_coverage(layer) == 0 and prove.locality(layer, 3) < 0.9
-    assert prove.around_query(layer) == {"one_pixel": 0, "ring": 0, "sides": 0}
+    assert measures.grid_coverage(layer) == 0 and measures.locality(layer, 3) < 0.9
+    assert measures.around_query(layer) == {"one_pixel": 0, "ring": 0, "sides": 0, "inside_5x5": 0}
 
 
-def test_a_floor_on_alpha_adds_to_the_width_term_and_reaches_the_layer():
+def test_a_floor_on_alpha_adds_to_the_width_term_reaches_the_layer_and_its_checkpoint():
     net = model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=8, min_alpha=2.0)
     enc = net.attention_layers[1].encoding
-    torch.testing.assert_close(enc.alpha, 2.0 + enc.width.detach() ** 2 / 2)
+    torch.testing.assert_close(enc.alpha, 2.0 + enc.sqrt_2alpha.detach() ** 2 / 2)
     enc.alpha = 3.0
     torch.testing.assert_close(enc.alpha, torch.full((9,), 3.0))
-    torch.testing.assert_close(enc.width.data, torch.full((9,), 2**0.5))
+    torch.testing.assert_close(enc.sqrt_2alpha.data, torch.full((9,), 2**0.5))
+    other = model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=8)  # no floor, until the weights load
+    other.load_state_dict(net.state_dict())
+    assert other.attention_layers[1].encoding.min_alpha.item() == 2.0
+    with pytest.raises(ValueError, match="gaussian has no alpha"):
+        model_lib.build_model("gaussian", layers=1, dim=8, ffn_dim=8, min_alpha=1.0)
     with torch.no_grad():  # the widest head the floor allows, on the query
-        enc.width.zero_(), enc.centers.zero_()
-    p = prove.central_probs(net.attention_layers[1])
+        enc.sqrt_2alpha.zero_(), enc.centers.zero_()
+    p = measures.central_probs(net.attention_layers[1])
     assert p.max() == pytest.approx(1 / sum(math.exp(-2.0 * (i * i + j * j)) for i in range(-8, 8) for j in range(-8, 8)))
 
 
@@ -340,20 +345,37 @@ def test_around_the_query_counts_one_pixel_heads_by_ring_and_side():
     with torch.no_grad():  # two heads on one pixel, one two pixels away, the rest above-right
         layer.encoding.centers.copy_(torch.tensor([[-1, 0], [-1, 1], [0, 1], [0, 1], [-2, 2], [-1, 0],
                                                    [0, 1], [-1, 1], [-0.5, 0.5]]))
-    assert prove.around_query(layer) == {"one_pixel": 4, "ring": 3, "sides": 2}  # above and right
+    assert measures.around_query(layer) == {"one_pixel": 4, "ring": 3, "sides": 2, "inside_5x5": 4}  # above, right
     layer.encoding.centers.data[0] = torch.tensor([1.0, -1.0])  # below-left
-    assert prove.around_query(layer) == {"one_pixel": 5, "ring": 4, "sides": 4}
-    assert prove.around_query(layer, mass=1.01) == {"one_pixel": 0, "ring": 0, "sides": 0}
+    assert measures.around_query(layer) == {"one_pixel": 5, "ring": 4, "sides": 4, "inside_5x5": 5}
+    layer.encoding.centers.data[0] = torch.tensor([3.0, -1.0])  # three rows below: outside the 5x5 window
+    assert measures.around_query(layer) == {"one_pixel": 5, "ring": 3, "sides": 4, "inside_5x5": 4}
+    assert measures.around_query(layer, mass=1.01) == {"one_pixel": 0, "ring": 0, "sides": 0, "inside_5x5": 0}
+
+
+def test_travel_counts_the_one_pixel_heads_that_moved_a_pixel_or_more(tmp_path):
+    start = {"centers": [[0, 0], [0.2, 0.1], [2, 2]], "alpha": [0.5, 0.5, 0.5]}
+    end = {"centers": [[1, 1], [0.2, 0.6], [2, 2]], "alpha": [10.0, 10.0, 0.1]}  # sharp, sharp, wide
+    path = tmp_path / "heads.jsonl"
+    path.write_text("".join(json.dumps({"epoch": e, "layers": [s]}) + "\n" for e, s in ((0, start), (3, end))))
+    snapshots = [json.loads(line) for line in path.read_text().splitlines()]
+    net = model_lib.build_model("quadratic", layers=1, heads=3, dim=4, ffn_dim=4)
+    (moved,) = measures.layer_travel(net, snapshots)
+    assert moved["travel"] == pytest.approx([2**0.5, 0.5, 0.0], abs=1e-4)
+    assert moved["travel_max"] == pytest.approx(2**0.5) and moved["travel_mean"] == pytest.approx((2**0.5 + 0.5) / 3)
+    assert moved["travelled"] == 1  # head 1 is one-pixel but moved half a pixel; head 2 is wide
+    assert measures.layer_travel(model_lib.build_model("learned", layers=1, heads=3, dim=4, ffn_dim=4),
+                                 [{"layers": [{"central": []}]}] * 2) == [None]
 
 
 def test_a_uniform_layer_has_the_window_share_of_the_grid():
     layer = SelfAttention2d(8, heads=9, grid=(16, 16))
     layer.encoding.alpha = 0.0
-    found = prove.measures(layer)
+    found = measures.measures(layer)
     assert found["locality_3x3"] == pytest.approx(9 / 256) and found["locality_5x5"] == pytest.approx(25 / 256)
     assert found["coverage"] == found["one_pixel"] == 0
     with pytest.raises(ValueError, match="no centers"):
-        prove.grid_coverage(SelfAttention2d(8, heads=4, grid=(6, 6), encoding="learned"))
+        measures.grid_coverage(SelfAttention2d(8, heads=4, grid=(6, 6), encoding="learned"))
 
 
 # ---- Tables 1-2 and §4.1: the models' parameters and FLOPs -----------------------------------
@@ -379,10 +401,8 @@ def test_paper_convention_flops_within_one_percent(name):
 
 
 def test_fast_path_counts_fewer_flops_than_dense():
-    model = model_lib.build_model("quadratic", layers=1)
-    fast = model_lib.counted_flops(model)
-    model_lib.set_impl(model, "dense")
-    dense = model_lib.counted_flops(model)
+    fast = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1))
+    dense = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1, layer=SelfAttention2d))
     attention_dense = 2 * 9 * 256 * 256 * 400  # the T x T product of one layer
     assert dense - fast > 0.8 * attention_dense
 
@@ -634,7 +654,7 @@ def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
 
 
 @pytest.mark.parametrize("encoding, undecayed", [
-    ("quadratic", {"centers", "width"}), ("gaussian", {"centers", "inv_cov_sqrt"}),
+    ("quadratic", {"centers", "sqrt_2alpha"}), ("gaussian", {"centers", "inv_cov_sqrt"}),
     ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
 def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
     net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
@@ -1055,7 +1075,7 @@ def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
     net = model_lib.build_model("learned", layers=1, dim=8, ffn_dim=8, heads=4)
     snapshot = records.head_snapshot(net)
     central = torch.tensor(snapshot[0]["central"])  # [heads, 16, 16], 4 decimals
-    torch.testing.assert_close(central, prove.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
+    torch.testing.assert_close(central, measures.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
     run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
     (run / "heads.jsonl").write_text(json.dumps({"epoch": 1, "layers": snapshot}) + "\n")
     runs = [compare.load_run(run), compare.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
@@ -1071,7 +1091,7 @@ def test_probability_regions_of_a_known_gaussian_hold_their_mass():
     with torch.no_grad():
         layer.encoding.centers.zero_()
     layer.encoding.alpha = 0.05  # sigma^2 = 1 / (2 alpha) = 10 pixels^2
-    p = prove.central_probs(layer)[0]
+    p = measures.central_probs(layer)[0]
     for mass in (0.5, 0.9):
         (level,) = viz.mass_levels(p, [mass])
         region = p >= level
@@ -1094,7 +1114,8 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
-        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides"}
+        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides", "inside_5x5",
+        "travel", "travel_mean", "travel_max", "travelled"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]

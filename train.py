@@ -35,8 +35,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import data as data_lib
-import prove
+from measures import layer_measures
 from flags import option, parse_flags
+from attention import ENCODINGS
 from model import MODELS, model_from_config
 from records import (append_jsonl, atomic_save, checkpoint_dict, environment, head_snapshot, keep_epochs,
                      load_checkpoint)
@@ -191,15 +192,38 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# Settings that mean something for some models only; every other setting applies to all.
+APPLIES = {name: ENCODINGS for name in ("layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content",
+                                         "position_lr", "position_optimizer")}
+APPLIES |= {name: ("quadratic", "gaussian") for name in ("center_std", "grid_start", "spread_hold")}
+APPLIES |= {"min_alpha": ("quadratic",), "width": ("resnet18",)}
+
+
+def applies(name: str, encoding: str) -> bool:
+    return encoding in APPLIES.get(name, MODELS)
+
+
+def not_applied(cfg: Config) -> dict:
+    """The settings of the run's preset that mean nothing to its model, left at their defaults."""
+    return {k: v for k, v in PRESETS[cfg.preset].items() if not applies(k, cfg.encoding)}
+
+
 def parse_config(argv=None) -> Config:
-    """Flags override the preset, the preset overrides the defaults. With --resume a run keeps
-    its own settings: only --device may be given too."""
+    """Flags override the preset, the preset overrides the defaults. A flag that means nothing
+    to the chosen model is refused; a preset's setting that means nothing to it is left at its
+    default (and recorded, `not_applied`). With --resume a run keeps its own settings: only
+    --device may be given too."""
     given = parse_flags(Config, __doc__, argv)
     if "resume" in given and given.keys() - {"resume", "device"}:
         changed = ", ".join(flag(k) for k in sorted(given.keys() - {"resume", "device"}))
         raise ValueError(f"--resume continues a run with its own settings; {changed} cannot change them "
                          "(to train longer, start a new run: the schedule is fixed by --epochs)")
-    return Config(**(PRESETS[given.get("preset", "paper")] | given))
+    encoding = given.get("encoding", Config.encoding)
+    refused = [f"{flag(k)} (for {', '.join(APPLIES[k])} only)" for k in given if not applies(k, encoding)]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to {encoding}")
+    preset = {k: v for k, v in PRESETS[given.get("preset", "paper")].items() if applies(k, encoding)}
+    return Config(**(preset | given))
 
 
 def check_config(cfg: Config):
@@ -244,6 +268,7 @@ class Trainer:
         self.cfg, self.device, self.world, self.writer = cfg, device, world, rank == 0
         self.out = run_directory(cfg)
         train, test = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
+        self.data = data_lib.identity(cfg.dataset, cfg.data_dir, cfg.seed)  # what the run read, for its record
         train = data_lib.training_subset(train, cfg.subset, cfg.seed)
         self.sizes = len(train.labels), len(test.labels)
         mean, std = data_lib.channel_stats(train.images)
@@ -294,7 +319,8 @@ class Trainer:
     def start_logs(self, reason: str):
         """config.json, and the logs trimmed to the checkpoint's epoch (a resumed run rewrites the rest)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        record = asdict(self.cfg) | {"environment": environment(self.device) | {"precision": reason}}
+        record = asdict(self.cfg) | {"not_applied": not_applied(self.cfg), "data": self.data,
+                                     "environment": environment(self.device) | {"precision": reason}}
         (self.out / "config.json").write_text(json.dumps(record, indent=1))
         keep_epochs(self.out / "metrics.jsonl", self.epoch)
         keep_epochs(self.out / "heads.jsonl", self.epoch)
@@ -356,7 +382,7 @@ class Trainer:
                       seconds=before + time.time() - started)
         record["best_test_acc"] = max([test_acc] + [m["test_acc"] for m in self.history])
         if self.writer and getattr(self.model, "attention_layers", None):  # how convolution-like, per layer
-            record["layers"] = prove.layer_measures(self.model)
+            record["layers"] = layer_measures(self.model)
         self.history.append(record)
         if self.writer:  # logs first: a resumed run drops lines past its checkpoint's epoch
             append_jsonl(self.out / "metrics.jsonl", record)

@@ -14,10 +14,10 @@ Writes, for the model in the checkpoint:
 - fig5: the attention map of every head (columns) at every layer (rows) for the central query.
 - fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs;
   locality: each layer's 3x3 locality at initialization and trained, for the same runs.
-- measures.json: each layer's locality and grid coverage (prove.measures), also printed.
+- measures.json: each layer's locality, one-pixel heads, grid coverage and, for a trained run
+  with centers, how far each head travelled from its start (measures.py), also printed.
 For content models (eq. 8) the probabilities depend on the image: a test image is used.
 """
-import copy
 import json
 import sys
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import data as data_lib
-import prove
+import measures
 from attention import RowColumn
 from flags import option, parse_flags
 from records import kept_heads, load_checkpoint, model_from_checkpoint
@@ -134,7 +134,7 @@ def region_figure(model, inputs, ids, out, pdf, name):
     layers = model.attention_layers
     fig, axes = plt.subplots(1, len(layers), figsize=(2.6 * len(layers), 3.1), squeeze=False)
     for i, (layer, ax) in enumerate(zip(layers, axes[0])):
-        draw_regions(ax, layer, prove.central_probs(layer, inputs[i] if layer.content else None), f"layer {i + 1}", ids[i])
+        draw_regions(ax, layer, measures.central_probs(layer, inputs[i] if layer.content else None), f"layer {i + 1}", ids[i])
         ax.set_ylabel("row shift" if i == 0 else "", fontsize=7)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
@@ -147,7 +147,7 @@ def maps_figure(model, inputs, ids, out, pdf):
     heads = max(max(i) for i in ids) + 1
     fig, axes = plt.subplots(len(layers), heads, figsize=(1.1 * heads + 0.6, 1.15 * len(layers)), squeeze=False)
     for i, layer in enumerate(layers):
-        maps = prove.central_probs(layer, inputs[i] if layer.content else None).numpy()
+        maps = measures.central_probs(layer, inputs[i] if layer.content else None).numpy()
         H, W = layer.grid
         for ax in axes[i]:
             ax.axis("off")
@@ -164,24 +164,11 @@ def maps_figure(model, inputs, ids, out, pdf):
     return save(fig, out, "fig5_attention_maps", pdf)
 
 
-def layer_at(layer, snapshot: dict):
-    """A copy of the layer with a heads.jsonl snapshot's centers and alpha (or Sigma^-1)."""
-    layer = copy.deepcopy(layer)
-    with torch.no_grad():
-        layer.encoding.centers.copy_(torch.tensor(snapshot["centers"]))
-        if "alpha" in snapshot:
-            layer.encoding.alpha = torch.tensor(snapshot["alpha"])
-        else:  # any S with S S^T = Sigma^-1 gives the same head: the symmetric square root
-            eigenvalues, vectors = torch.linalg.eigh(torch.tensor(snapshot["inv_cov"]))
-            layer.encoding.inv_cov_sqrt.copy_(vectors * eigenvalues.clamp(min=0).sqrt()[..., None, :])
-    return layer
-
-
 def draw_trajectories(ax, layer, snapshots: list, ids: list, title: str):
     """Fig. 2: the heads' centers from initialization (x) to the last snapshot, its regions."""
     centers = np.array([s["centers"] for s in snapshots])  # [snapshots, heads, 2]
-    last = layer_at(layer, snapshots[-1])
-    draw_regions(ax, last, prove.central_probs(last), title, ids)
+    last = measures.layer_at(layer, snapshots[-1])
+    draw_regions(ax, last, measures.central_probs(last), title, ids)
     colors = head_colors(max(ids) + 1)
     for h, head in enumerate(ids):
         ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[head], lw=0.8, alpha=0.8)
@@ -237,22 +224,37 @@ def print_concentration(model, inputs):
     """How many keys hold half of each head's attention from the central query, per layer."""
     print("keys holding 50% of each head's attention (central query):")
     for i, layer in enumerate(model.attention_layers):
-        maps = prove.central_probs(layer, inputs[i] if layer.content else None)
+        maps = measures.central_probs(layer, inputs[i] if layer.content else None)
         counts = [int((m >= mass_levels(m, [0.5])[0]).sum()) for m in maps]
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
 
 def print_measures(found: list, out: Path):
-    """Print how convolution-like each layer is and write measures.json to `out`."""
-    print("how convolution-like each layer is (central query; prove.locality, around_query, grid_coverage):")
+    """Print how convolution-like each layer is, and how far its heads travelled, and write
+    measures.json to `out`."""
+    print("how convolution-like each layer is (central query; measures.py):")
     for i, m in enumerate(found):
         text = "content layer: no fixed kernel" if m is None else (
             f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}"
-            + f"  one-pixel heads on {m['one_pixel']} pixels, {m['ring']} of the 8 around the query, "
-              f"on {m['sides']} of its 4 sides" + (f"  coverage {m['coverage']}" if "coverage" in m else ""))
+            + f"  one-pixel heads on {m['one_pixel']} pixels ({m['inside_5x5']} in the 5x5 window), {m['ring']} of "
+              f"the 8 around the query, on {m['sides']} of its 4 sides" + (f"  coverage {m['coverage']}" if "coverage" in m else "")
+            + (f"\n           travel from the start: mean {m['travel_mean']:.2f} px, max {m['travel_max']:.2f} px; "
+               f"{m['travelled']} one-pixel heads moved 1 px or more" if "travel" in m else ""))
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
+
+
+def run_measures(model, run: Path, trained: bool) -> list:
+    """measures.layer_measures, with each layer's travel from heads.jsonl for a trained run."""
+    found = measures.layer_measures(model)
+    path = run / "heads.jsonl"
+    if trained and path.exists():
+        snapshots = [json.loads(line) for line in path.read_text().splitlines()]
+        for m, moved in zip(found, measures.layer_travel(model, snapshots)):
+            if m is not None and moved is not None:
+                m |= moved
+    return found
 
 
 def locality_figure(runs: list, out, pdf):
@@ -264,7 +266,7 @@ def locality_figure(runs: list, out, pdf):
             model = model_from_checkpoint(checkpoint, at_init).eval()
             if not hasattr(model, "attention_layers") or any(l.content for l in model.attention_layers):
                 break  # no fixed kernel to measure
-            values = [prove.locality(layer, 3) for layer in model.attention_layers]
+            values = [measures.locality(layer, 3) for layer in model.attention_layers]
             label = f"{Path(run).name} ({'init' if at_init else 'trained'})"
             ax.plot(range(1, len(values) + 1), values, style, marker="o", color=color, label=label)
     ax.set_xlabel("layer"), ax.set_ylabel("locality: kernel energy in 3x3")
@@ -294,7 +296,7 @@ def visualize(cfg: Config) -> list:
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
         print_concentration(model, inputs)
-        print_measures(prove.layer_measures(model), out)
+        print_measures(run_measures(model, run, not cfg.at_init), out)
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
         ids = kept_heads(run, model)

@@ -1,0 +1,138 @@
+"""How convolution-like a trained attention layer is, and how far its heads travelled.
+
+    from measures import measures, travel
+    measures(layer)   # {"locality_3x3": 0.81, "one_pixel": 7, "ring": 5, "sides": 4, ...}
+
+Every measure looks at the central query of the grid, as the paper's figures do.
+- locality: the share of the query's kernel energy inside a 3x3 (5x5) window, by the converse
+  of Theorem 1 (prove.attention_to_conv): 1.0 for a 3x3 (5x5) convolution.
+- one_pixel, ring, sides, inside_5x5: where the heads that put at least half of the query's
+  probability on one pixel lie (Lemma 1's heads each sit on one shift).
+- coverage: distinct integer shifts that hold such a head's center (heads with centers).
+- travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
+  one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
+"""
+import copy
+import math
+
+import torch
+from torch import nn
+
+from attention import SelfAttention2d
+
+ONE_PIXEL = 0.5  # a head is one-pixel when it puts at least this much probability on one key
+
+
+def central_probs(layer: SelfAttention2d, x: torch.Tensor = None) -> torch.Tensor:
+    """The central query's probabilities over the keys, P[h, q, :] at q = (H//2, W//2): [heads, H, W].
+    A content layer needs its input x [1, H, W, D]; the measures below refuse content layers."""
+    H, W = layer.grid
+    with torch.no_grad():
+        P = layer.attention_probs(x)
+    P = P[0] if P.dim() == 4 else P  # content: the first image's
+    return P[:, (H // 2) * W + W // 2].view(-1, H, W)
+
+
+def locality(layer: SelfAttention2d, size: int) -> float:
+    """Share of the central query's kernel energy inside the size x size window around it.
+
+    By the converse of Theorem 1 the query's output is sum_delta x_{q+delta} M(delta) with
+    M(delta) = sum_h p_h(delta) W^(h); its energy ||M(delta)||_F^2 = p(delta)^T G p(delta) uses
+    the Gram matrix G[h, h'] = <W^(h), W^(h')>_F. 1.0 for a size x size convolution; a uniform
+    layer gives the window's share of the grid.
+    """
+    p = central_probs(layer).double()  # [heads, H, W]
+    W_h = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)
+    energy = torch.einsum("hab,hg,gab->ab", p, W_h @ W_h.T, p)  # [H, W]
+    H, W = layer.grid
+    r, c = H // 2 - size // 2, W // 2 - size // 2
+    return (energy[max(r, 0):r + size, max(c, 0):c + size].sum() / energy.sum()).item()
+
+
+def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = ONE_PIXEL) -> int:
+    """Distinct integer shifts that hold a head's center within `radius` pixels, that head
+    putting at least `mass` of the central query's probability on that one pixel (a head of
+    Lemma 1). For encodings with centers (quadratic, gaussian)."""
+    if not hasattr(layer.encoding, "centers"):
+        raise ValueError(f"{layer.encoding_name} heads have no centers")
+    p = central_probs(layer)
+    H, W = layer.grid
+    shifts = set()
+    for h, center in enumerate(layer.encoding.centers.detach().tolist()):
+        nearest = [round(c) for c in center]
+        row, col = H // 2 + nearest[0], W // 2 + nearest[1]
+        close = math.dist(center, nearest) <= radius
+        if close and 0 <= row < H and 0 <= col < W and p[h, row, col] >= mass:
+            shifts.add(tuple(nearest))
+    return len(shifts)
+
+
+def one_pixel_heads(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
+    """{head: its pixel's shift (row, col) from the central query} for every head that puts at
+    least `mass` of the query's probability on one pixel."""
+    p = central_probs(layer)  # [heads, H, W]
+    H, W = layer.grid
+    best = p.flatten(1).max(1)
+    return {h: (k // W - H // 2, k % W - W // 2)
+            for h, (k, v) in enumerate(zip(best.indices.tolist(), best.values.tolist())) if v >= mass}
+
+
+def around_query(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
+    """Where the one-pixel heads lie around the central query, for any position-only encoding.
+    `one_pixel`: distinct pixels holding such a head; `ring`: how many of the 8 pixels of the
+    3x3 ring around the query hold one (8 for a 3x3 convolution); `sides`: on how many of the
+    four sides (above, below, left, right: rows or columns beyond the query's) one lies;
+    `inside_5x5`: how many of those pixels lie in the 5x5 window around the query."""
+    shifts = set(one_pixel_heads(layer, mass).values())  # delta = key - query
+    ring = sum(max(abs(dr), abs(dc)) == 1 for dr, dc in shifts)
+    sides = [any(dr < 0 for dr, _ in shifts), any(dr > 0 for dr, _ in shifts),
+             any(dc < 0 for _, dc in shifts), any(dc > 0 for _, dc in shifts)]
+    inside = sum(max(abs(dr), abs(dc)) <= 2 for dr, dc in shifts)
+    return {"one_pixel": len(shifts), "ring": ring, "sides": sum(sides), "inside_5x5": inside}
+
+
+def measures(layer: SelfAttention2d) -> dict:
+    """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query and, for
+    heads with centers, grid coverage."""
+    found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)} | around_query(layer)
+    if hasattr(layer.encoding, "centers"):
+        found["coverage"] = grid_coverage(layer)
+    return found
+
+
+def layer_measures(model: nn.Module) -> list:
+    """`measures` of every attention layer of a model (None for a content layer: no fixed kernel)."""
+    return [None if layer.content else measures(layer) for layer in getattr(model, "attention_layers", [])]
+
+
+# ---- travel: from the heads.jsonl snapshots of a run -----------------------------------------
+
+def layer_at(layer: SelfAttention2d, snapshot: dict) -> SelfAttention2d:
+    """A copy of the layer with a heads.jsonl snapshot's centers and alpha (or Sigma^-1)."""
+    layer = copy.deepcopy(layer)
+    with torch.no_grad():
+        layer.encoding.centers.copy_(torch.tensor(snapshot["centers"]))
+        if "alpha" in snapshot:
+            layer.encoding.alpha = torch.tensor(snapshot["alpha"])
+        else:  # any S with S S^T = Sigma^-1 gives the same head: the symmetric square root
+            eigenvalues, vectors = torch.linalg.eigh(torch.tensor(snapshot["inv_cov"]))
+            layer.encoding.inv_cov_sqrt.copy_(vectors * eigenvalues.clamp(min=0).sqrt()[..., None, :])
+    return layer
+
+
+def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> dict:
+    """How far the heads of one layer moved between two heads.jsonl snapshots (centers):
+    `travel` each head's distance in pixels, `travel_mean`, `travel_max`, and `travelled`: how
+    many of the heads that are one-pixel at `end` moved `far` pixels or more. `layer` gives
+    the grid and encoding (its own weights are not used)."""
+    moved = (torch.tensor(end["centers"]) - torch.tensor(start["centers"])).norm(dim=1)  # [heads]
+    sharp = one_pixel_heads(layer_at(layer, end))
+    return {"travel": [round(d, 4) for d in moved.tolist()], "travel_mean": moved.mean().item(),
+            "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= far for h in sharp)}
+
+
+def layer_travel(model: nn.Module, snapshots: list) -> list:
+    """`travel` of every layer with centers, from the first to the last heads.jsonl snapshot
+    (records.head_snapshot; None for a layer without centers)."""
+    first, last = snapshots[0]["layers"], snapshots[-1]["layers"]
+    return [travel(layer, a, b) if "centers" in a else None for layer, a, b in zip(model.attention_layers, first, last)]
