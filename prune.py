@@ -23,6 +23,7 @@ from data import DataError
 from flags import option, parse_flags
 from model import count_parameters, model_from_config, paper_flops
 from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
+from runtime import TrainingError
 
 
 @dataclass
@@ -140,7 +141,7 @@ def main():
     cfg = Config(**parse_flags(Config, __doc__, positional=("checkpoint",)))
     try:
         prune(cfg)
-    except (ValueError, FileNotFoundError, DataError, train_lib.TrainingError) as e:
+    except (ValueError, FileNotFoundError, DataError, TrainingError) as e:
         sys.exit(f"error: {e}")
 
 

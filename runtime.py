@@ -2,7 +2,8 @@
 
 - precision: what the device computes fastest (bf16, fp16 with a gradient scaler, fp32);
 - progress: images/s and the run's remaining time on stderr;
-- stop signals: Ctrl-C and SIGTERM stop at a batch boundary, where a checkpoint resumes exactly;
+- stop signals: Ctrl-C and SIGTERM stop at a batch boundary, where a checkpoint resumes exactly
+  (and TrainingError, for a run that cannot go on);
 - memory: glibc keeps freed blocks for the next step.
 """
 import contextlib
@@ -111,6 +112,10 @@ class Progress:
 
 
 # ---- stop signals -------------------------------------------------------------------------
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (a non-finite loss); the message says what is kept."""
+
 
 class Stop(KeyboardInterrupt):
     """The run stopped at a batch boundary after SIGINT or SIGTERM, its state saved there."""
