@@ -1,15 +1,21 @@
-"""Runs that differ only in their seed are one experiment: mean and spread over the seeds.
+"""Runs that differ only in their seed are one experiment: mean and spread over the seeds,
+and between experiments, the difference with its 95% interval.
 
-    python compare.py results/grid/*                # a Markdown table, a row an experiment
+    python compare.py results/grid/*                # a Markdown table, a row an experiment,
+                                                    # then every pair of experiments' difference
+    python compare.py A/* B/* --measures one_pixel  # also the difference of layer 1's one_pixel
     python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band,
                                                     # and each run's Fig. 2 side by side (--layer)
 
 A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
 every setting of their config except the seed and what does not change the computation
-(run directory, resume, device, data folder, torch.compile, environment record). For each
-group: the seeds, the final epoch's test accuracy (mean, standard deviation over seeds,
-min-max), each measure of each attention layer at the final epoch (prove.measures, logged
-by train.py every epoch: mean and min-max) and the wall time.
+(run directory, resume, device, data folder, torch.compile, environment record); the data's
+name and checksum are a setting, so runs on different data are never one group. For each
+group: the data, the seeds, the final epoch's test accuracy (mean, sample standard deviation
+(n - 1) over seeds, min-max), each measure of each attention layer at the final epoch
+(measures.py, logged by train.py every epoch, with travel from heads.jsonl: mean and min-max)
+and the wall time. For two groups: the difference of their means with a 95% interval and
+the p-value of Welch's t-test (scipy.stats), which does not assume equal variances.
 """
 import dataclasses
 import json
@@ -20,10 +26,12 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from scipy import stats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+import measures
 import visualize
 from attention import SelfAttention2d
 from flags import option, parse_flags
@@ -31,14 +39,17 @@ from model import model_from_config
 from train import Config as TrainConfig
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
-MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "coverage")
+MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage",
+            "travel_mean", "travelled")
 
 
 @dataclass
 class Config:
     runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
     out: str = option("", "folder for the figures (none without it)")
-    layer: int = option(1, "the layer that the side-by-side Figs. 2 and 5 show")
+    layer: int = option(1, "the layer that the side-by-side Figs. 2 and 5 show, and whose --measures are compared")
+    measures: list = option([], f"measures of --layer to compare between experiments too: {', '.join(MEASURES)}",
+                            nargs="*", choices=MEASURES)
 
 
 def load_run(path) -> dict:
@@ -48,7 +59,25 @@ def load_run(path) -> dict:
     metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     if not metrics:
         raise ValueError(f"{path} has not finished an epoch")
-    return dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics)
+    run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics)
+    add_travel(run)
+    return run
+
+
+def add_travel(run: dict):
+    """Each layer's travel from the start (measures.travel) into the final epoch's measures,
+    from the run's first and last heads.jsonl snapshots, for layers with head centers."""
+    path, final = run["path"] / "heads.jsonl", run["metrics"][-1].get("layers")
+    if not path.exists() or not final:
+        return
+    snapshots = [json.loads(line) for line in path.read_text().splitlines()]
+    if "centers" not in snapshots[0]["layers"][0] or snapshots[-1]["epoch"] != run["metrics"][-1]["epoch"]:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    model = model_from_config(defaults | run["config"])
+    for found, moved in zip(final, measures.layer_travel(model, snapshots)):
+        if found is not None and moved is not None:
+            found.update(travel_mean=moved["travel_mean"], travelled=moved["travelled"])
 
 
 def group(runs: list) -> dict:
@@ -68,7 +97,7 @@ def group(runs: list) -> dict:
 
 
 def spread(values: list) -> dict:
-    """Mean, sample standard deviation (0 for one value), min and max."""
+    """Mean, sample standard deviation (n - 1; 0 for one value), min and max."""
     return dict(mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else 0.0,
                 min=min(values), max=max(values))
 
@@ -88,7 +117,55 @@ def summarize(members: list) -> dict:
                              {k: spread([f[k] for f in found]) for k in MEASURES if k in found[0]})
     return dict(seeds=sorted(r["config"]["seed"] for r in members), epochs=finals[0]["epoch"],
                 test_acc=spread([m["test_acc"] for m in finals]), minutes=spread([m["seconds"] / 60 for m in finals]),
-                layers=per_layer)
+                layers=per_layer, data=data_name(members[0]["config"]))
+
+
+def data_name(config: dict) -> str:
+    return (config.get("data") or {}).get("name", "not recorded")
+
+
+def values(members: list, name: str, layer: int) -> list:
+    """Each run's final test accuracy (`test_acc`) or final measure `name` of `layer` (1-based)."""
+    finals = [r["metrics"][-1] for r in members]
+    if name == "test_acc":
+        return [m["test_acc"] for m in finals]
+    found = [(m.get("layers") or [None] * layer)[layer - 1] for m in finals]
+    if any(f is None or name not in f for f in found):
+        raise ValueError(f"not every run has {name} for layer {layer}")
+    return [f[name] for f in found]
+
+
+def difference(a: list, b: list) -> dict:
+    """mean(a) - mean(b), its 95% interval and the two-sided p-value of Welch's t-test."""
+    result = stats.ttest_ind(a, b, equal_var=False)
+    interval = result.confidence_interval(0.95)
+    return dict(difference=statistics.fmean(a) - statistics.fmean(b), low=float(interval.low),
+                high=float(interval.high), p=float(result.pvalue), n=(len(a), len(b)))
+
+
+def differences(groups: dict, names: list, layer: int) -> str:
+    """Every pair of experiments: the difference of each quantity in `names` with its 95%
+    interval and Welch's p-value (a group of one seed has no spread: no interval)."""
+    lines = []
+    keys = list(labels(groups).items())
+    for i, (key_a, name_a) in enumerate(keys):
+        for key_b, name_b in keys[i + 1:]:
+            lines.append(f"{name_a}  minus  {name_b}:")
+            for name in names:
+                what = name if name == "test_acc" else f"layer {layer} {name}"
+                try:
+                    a, b = values(groups[key_a], name, layer), values(groups[key_b], name, layer)
+                except ValueError as e:
+                    lines.append(f"  {what}: {e}")
+                    continue
+                if min(len(a), len(b)) < 2:
+                    lines.append(f"  {what}: {statistics.fmean(a) - statistics.fmean(b):+.3f} (one seed: no interval)")
+                    continue
+                d = difference(a, b)
+                signed = lambda x: f"{round(x, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000"
+                lines.append(f"  {what}: {signed(d['difference'])}, 95% interval [{signed(d['low'])}, {signed(d['high'])}], "
+                             f"Welch p = {d['p']:.3g} ({d['n'][0]} and {d['n'][1]} seeds)")
+    return "\n".join(lines)
 
 
 def labels(groups: dict) -> dict:
@@ -96,7 +173,8 @@ def labels(groups: dict) -> dict:
     configs = {key: json.loads(key) for key in groups}
     names = set().union(*configs.values())
     differ = sorted(k for k in names if len({json.dumps(c.get(k)) for c in configs.values()}) > 1)
-    return {key: " ".join(f"{k}={c.get(k)}" for k in differ) or c["encoding"] for key, c in configs.items()}
+    shown = lambda k, v: f"data={data_name({'data': v})}" if k == "data" else f"{k}={v}"
+    return {key: " ".join(shown(k, c.get(k)) for k in differ) or c["encoding"] for key, c in configs.items()}
 
 
 def cell(s: dict, digits: int) -> str:
@@ -106,26 +184,31 @@ def cell(s: dict, digits: int) -> str:
 
 
 def table(groups: dict) -> str:
-    """Markdown: an experiment a row; test accuracy mean ± std (min-max); each layer's measures mean (min-max)."""
+    """Markdown: an experiment a row; test accuracy mean ± sample std (min-max); each layer's
+    measures mean (min-max)."""
     summaries = {key: summarize(members) for key, members in groups.items()}
     n_layers = max((len(s["layers"]) for s in summaries.values()), default=0)
-    head = ["experiment", "parameters", "seeds", "epochs", "minutes", "test acc, mean ± std (min-max)"]
+    head = ["experiment", "data", "parameters", "seeds", "epochs", "minutes",
+            "test acc, mean ± sample std (n-1) (min-max)"]
     for i in range(1, n_layers + 1):
-        head += [f"L{i} locality 3x3 / 5x5", f"L{i} one-pixel heads / ring / sides", f"L{i} coverage"]
+        head += [f"L{i} locality 3x3 / 5x5", f"L{i} one-pixel pixels / ring / sides / in 5x5", f"L{i} coverage",
+                 f"L{i} travel mean px / one-pixel heads moved >= 1 px"]
     rows = [head, ["---"] * len(head)]
     for key, name in labels(groups).items():
         s = summaries[key]
         acc = s["test_acc"]
         parameters = sum(p.numel() for p in model_from_config(json.loads(key)).parameters())
-        row = [name, f"{parameters:,}", ",".join(map(str, s["seeds"])), str(s["epochs"]), cell(s["minutes"], 1),
+        row = [name, s["data"], f"{parameters:,}", ",".join(map(str, s["seeds"])), str(s["epochs"]), cell(s["minutes"], 1),
                f"{acc['mean']:.3f} ± {acc['std']:.3f} ({acc['min']:.3f}-{acc['max']:.3f})"]
         for i in range(n_layers):
             m = s["layers"][i] if i < len(s["layers"]) else None
             if not m:
-                row += ["-"] * 3
+                row += ["-"] * 4
                 continue
-            row += [" / ".join(cell(m[k], 3) for k in ("locality_3x3", "locality_5x5")), " / ".join(cell(m[k], 1) for k in ("one_pixel", "ring", "sides")),
-                    cell(m["coverage"], 1) if "coverage" in m else "-"]
+            row += [" / ".join(cell(m[k], 3) for k in ("locality_3x3", "locality_5x5")),
+                    " / ".join(cell(m[k], 1) if k in m else "-" for k in ("one_pixel", "ring", "sides", "inside_5x5")),
+                    cell(m["coverage"], 1) if "coverage" in m else "-",
+                    f"{cell(m['travel_mean'], 2)} / {cell(m['travelled'], 1)}" if "travelled" in m else "-"]
         rows.append(row)
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
@@ -210,6 +293,9 @@ def main():
     try:
         groups = group([load_run(path) for path in cfg.runs])
         print(table(groups))
+        if len(groups) > 1:
+            print("\nDifferences between experiments (final epoch):")
+            print(differences(groups, ["test_acc"] + cfg.measures, cfg.layer))
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
             runs = [r for g in groups.values() for r in g]

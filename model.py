@@ -139,9 +139,12 @@ def model_kwargs(config: dict) -> dict:
     if config["encoding"] == "resnet18":
         return dict(width=config["width"])
     kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
-    # defaults for runs recorded before these options existed
+    # defaults for runs recorded before these options existed; runs recorded before settings
+    # that do not apply were refused may name a grid start or a floor for encodings without them
+    centers, quadratic = config["encoding"] in ("quadratic", "gaussian"), config["encoding"] == "quadratic"
     return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0),
-                         grid_start=config.get("grid_start", False), min_alpha=config.get("min_alpha", 0.0))
+                         grid_start=centers and config.get("grid_start", False),
+                         min_alpha=config.get("min_alpha", 0.0) if quadratic else 0.0)
 
 
 def model_from_config(config: dict) -> nn.Module:

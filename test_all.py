@@ -1033,8 +1033,8 @@ def write_run(path: Path, seed: int, accs: list, layer: dict = None, **config):
 
 
 def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp_path):
-    measures = lambda ring, loc: dict(locality_3x3=loc, locality_5x5=0.9, one_pixel=ring + 1, ring=ring, sides=4, coverage=ring)
-    runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], measures(ring, loc))
+    found = lambda ring, loc: dict(locality_3x3=loc, locality_5x5=0.9, one_pixel=ring + 1, ring=ring, sides=4, coverage=ring)
+    runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], found(ring, loc))
             for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
     runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
     runs.append(write_run(tmp_path / "b1", 1, [0.2, 0.4], lr=0.1, min_alpha=0.0))  # a default written out: the same
@@ -1048,13 +1048,36 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
     assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
     text = compare.table(groups)
     params = f"{sum(p.numel() for p in model_lib.build_model('quadratic').parameters()):,}"  # A.4's model
-    assert f"| lr=0.05 | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | 0.700 (0.600-0.800) / 0.900 | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 | 7.0 (6.0-8.0) |" in text
-    assert f"| lr=0.1 | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - |" in text
+    assert (f"| lr=0.05 | not recorded | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | "
+            "0.700 (0.600-0.800) / 0.900 | 8.0 (7.0-9.0) / 7.0 (6.0-8.0) / 4.0 / - | 7.0 (6.0-8.0) | - |") in text
+    assert f"| lr=0.1 | not recorded | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - | - |" in text
     assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
     with pytest.raises(ValueError, match="repeat a seed"):
         compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         compare.load_run(tmp_path)
+
+
+def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_path):
+    # Equal variances (1) and sizes (3): Welch's degrees of freedom are 2 (n - 1) = 4 and its
+    # standard error sqrt(1/3 + 1/3). A difference of t_{0.975, 4} = 2.776445 (a t table)
+    # standard errors puts the interval's lower end at 0 and the two-sided p-value at 0.05.
+    se = math.sqrt(2 / 3)
+    shift = 2.776445 * se
+    d = compare.difference([1.0, 2.0, 3.0], [1.0 - shift, 2.0 - shift, 3.0 - shift])
+    assert d["difference"] == pytest.approx(shift)
+    assert (d["low"], d["high"]) == pytest.approx((0.0, 2 * shift), abs=1e-5)
+    assert d["p"] == pytest.approx(0.05, abs=1e-5) and d["n"] == (3, 3)
+    data = [dict(name="CIFAR-10", md5="a"), dict(name="CIFAR-10 (JPEG q75 copy)", md5="b")]
+    runs = [write_run(tmp_path / f"{name}{s}", s, [acc], data=data[k])
+            for k, name, accs in ((0, "a", (1.0, 2.0, 3.0)), (1, "b", (1.0 - shift, 2.0 - shift, 3.0 - shift)))
+            for s, acc in enumerate(accs)]
+    groups = compare.group([compare.load_run(r) for r in runs])
+    assert len(groups) == 2  # runs on different data are never one experiment
+    assert "| data=CIFAR-10 | CIFAR-10 |" in compare.table(groups)
+    text = compare.differences(groups, ["test_acc", "ring"], 1)
+    assert f"test_acc: +{shift:.3f}, 95% interval [+0.000, +{2 * shift:.3f}], Welch p = 0.05 (3 and 3 seeds)" in text
+    assert "layer 1 ring: not every run has ring for layer 1" in text
 
 
 def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
