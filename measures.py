@@ -11,6 +11,7 @@ Every measure looks at the central query of the grid, as the paper's figures do.
 - coverage: distinct integer shifts that hold such a head's center (heads with centers).
 - travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
+- overlap: how much the heads attend to the same keys (train.py's --overlap penalizes it).
 """
 import copy
 import math
@@ -91,10 +92,22 @@ def around_query(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
     return {"one_pixel": len(shifts), "ring": ring, "sides": sum(sides), "inside_5x5": inside}
 
 
+def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
+    """sum_k P_h[q, k] P_g[q, k], averaged over the queries q and the pairs of distinct heads
+    h != g of a position-only layer: 1 when every head attends to the same one pixel, near 0
+    when sharp heads sit on distinct pixels. Differentiable: a scalar tensor."""
+    P = layer.attention_probs()  # [heads, T, T]
+    heads, T = P.shape[:2]
+    gram = torch.einsum("hqk,gqk->hg", P, P) / T  # [heads, heads]
+    return (gram.sum() - gram.diagonal().sum()) / max(heads * (heads - 1), 1)
+
+
 def measures(layer: SelfAttention2d) -> dict:
-    """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query and, for
-    heads with centers, grid coverage."""
+    """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query, the heads'
+    overlap and, for heads with centers, grid coverage."""
     found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)} | around_query(layer)
+    with torch.no_grad():
+        found["overlap"] = head_overlap(layer).item()
     if hasattr(layer.encoding, "centers"):
         found["coverage"] = grid_coverage(layer)
     return found

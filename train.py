@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import data as data_lib
 from attention import ENCODINGS
 from flags import option, parse_flags
+from measures import head_overlap
 from model import MODELS
 from runtime import Precision, Stop, TrainingError, keep_freed_memory
 
@@ -61,6 +62,7 @@ class Config:
     grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus its draw "
                                      "(ConViT's local init; A.4: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (A.4: 0): it cannot widen past it")
+    overlap: float = option(0.0, "weight in the loss of the heads' overlap, measures.head_overlap (A.4: 0)")
     # the run
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
                                   "or laptop (Fig. 2 on a CPU)", choices=["paper", "tiny", "laptop"])
@@ -113,7 +115,7 @@ def make_schedule(optimizer, total_steps: int, cfg: Config) -> torch.optim.lr_sc
                                                          for g in optimizer.param_groups])
 
 
-def train_epoch(model, batches, optimizer, schedule, precision: Precision):
+def train_epoch(model, batches, optimizer, schedule, precision: Precision, overlap: float = 0.0):
     """One epoch of A.4, a batch at a time: forward, cross-entropy, backward, an SGD step, the
     schedule's step. Yields each batch's loss, correct predictions and size."""
     model.train()
@@ -121,6 +123,8 @@ def train_epoch(model, batches, optimizer, schedule, precision: Precision):
         with precision.autocast():  # fp32: does nothing
             logits = model(images).float()
         loss = F.cross_entropy(logits, labels)
+        if overlap:  # ours, not the paper's: heads that attend to the same pixels pay for it
+            loss = loss + overlap * sum(map(head_overlap, getattr(model, "module", model).attention_layers))
         optimizer.zero_grad(set_to_none=True)
         precision.scaler.scale(loss).backward()  # fp16 scales the loss; otherwise loss.backward()
         precision.scaler.step(optimizer)  # otherwise optimizer.step()
@@ -172,7 +176,7 @@ def flag(name: str) -> str:
 # Settings that mean something for some models only; every other setting applies to all.
 APPLIES = {name: ENCODINGS for name in ("layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content",
                                          "position_lr")}
-APPLIES |= {name: ("quadratic", "gaussian") for name in ("center_std", "grid_start", "spread_hold")}
+APPLIES |= {name: ("quadratic", "gaussian") for name in ("center_std", "grid_start", "spread_hold", "overlap")}
 APPLIES |= {"min_alpha": ("quadratic",), "width": ("resnet18",)}
 
 
@@ -208,13 +212,15 @@ def check_config(cfg: Config):
     for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.overlap and cfg.content:
+        raise ValueError("--overlap needs position-only heads; --content makes them depend on the image")
     heads = [cfg.heads] if isinstance(cfg.heads, int) else cfg.heads
     if any(h < 1 for h in heads):
         raise ValueError(f"--heads must be at least 1, got {cfg.heads}")
     if cfg.subset < 0:
         raise ValueError(f"--subset must be 0 (all images) or a number of images, got {cfg.subset}")
     for name, low, high in (("lr", 0, math.inf), ("position_lr", 0, math.inf), ("momentum", 0, 1),
-                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("dropout", 0, 1),
+                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("overlap", 0, math.inf), ("dropout", 0, 1),
                             ("attention_dropout", 0, 1)):
         if not low <= getattr(cfg, name) <= high or (name.endswith("dropout") and getattr(cfg, name) == 1):
             raise ValueError(f"{flag(name)} must lie in [{low}, {high}{')' if name.endswith('dropout') else ']'}, "

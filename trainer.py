@@ -127,7 +127,8 @@ class Trainer:
                 step_started = time.time()
                 yield batch
 
-        for loss, correct, n in train_epoch(self.net, batches(), self.optimizer, self.schedule, self.precision):
+        for loss, correct, n in train_epoch(self.net, batches(), self.optimizer, self.schedule, self.precision,
+                                                 self.cfg.overlap):
             self.step += 1
             self.sums += torch.stack([loss * n, correct, torch.tensor(n, device=self.device)]).double()
             if self.step % 50 == 0 and not torch.isfinite(self.sums[0]):
