@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from attention import SelfAttention2d
+from attention import FastSelfAttention2d, SelfAttention2d
 
 ONE_PIXEL = 0.5  # a head is one-pixel when it puts at least this much probability on one key
 
@@ -96,9 +96,13 @@ def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
     """sum_k P_h[q, k] P_g[q, k], averaged over the queries q and the pairs of distinct heads
     h != g of a position-only layer: 1 when every head attends to the same one pixel, near 0
     when sharp heads sit on distinct pixels. Differentiable: a scalar tensor."""
-    P = layer.attention_probs()  # [heads, T, T]
-    heads, T = P.shape[:2]
-    gram = torch.einsum("hqk,gqk->hg", P, P) / T  # [heads, heads]
+    if isinstance(layer, FastSelfAttention2d) and layer.encoding.separable:  # P_h = P_h^row (x) P_h^col
+        p_row, p_col = layer.axis_probs()  # so the sum over (query, key) pairs factorizes too
+        gram = torch.einsum("hqk,gqk->hg", p_row, p_row) / layer.grid[0] * torch.einsum("hqk,gqk->hg", p_col, p_col) / layer.grid[1]
+    else:
+        P = layer.attention_probs()  # [heads, T, T]
+        gram = torch.einsum("hqk,gqk->hg", P, P) / P.shape[1]  # [heads, heads]
+    heads = gram.shape[0]
     return (gram.sum() - gram.diagonal().sum()) / max(heads * (heads - 1), 1)
 
 

@@ -371,6 +371,21 @@ def test_travel_counts_the_one_pixel_heads_that_moved_a_pixel_or_more(tmp_path):
                                  [{"layers": [{"central": []}]}] * 2) == [None]
 
 
+@pytest.mark.parametrize("encoding", ["quadratic", "learned"])
+def test_overlap_from_rows_and_columns_equals_the_full_probabilities_in_values_and_gradients(encoding):
+    fast, dense = pair(encoding, (5, 7))
+    overlaps = [measures.head_overlap(layer) for layer in (fast, dense)]
+    P = dense.attention_probs()
+    by_hand = sum((P[h] * P[g]).sum() for h in range(4) for g in range(4) if h != g) / (35 * 12)
+    torch.testing.assert_close(overlaps[1], by_hand)
+    torch.testing.assert_close(overlaps[0], overlaps[1])
+    for o in overlaps:
+        o.backward()
+    for (name, p), q in zip(fast.named_parameters(), dense.parameters()):
+        if p.grad is not None or q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
 def test_a_uniform_layer_has_the_window_share_of_the_grid_and_full_overlap():
     layer = SelfAttention2d(8, heads=9, grid=(16, 16))
     layer.encoding.alpha = 0.0
@@ -1140,7 +1155,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
-        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides", "inside_5x5",
+        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides", "inside_5x5", "overlap",
         "travel", "travel_mean", "travel_max", "travelled"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
