@@ -8,8 +8,9 @@ pixel alike: largest eigenvalue < 1e-5) or almost singular (a thin stripe: condi
 > 1e5); a quadratic head when alpha < 1e-5. Pruning removes each such head's parameters and
 its block of the value projection Linear(heads * D, D), so parameters and FLOPs really
 shrink. The pruned model is saved as a checkpoint that train.py, visualize.py and
-model.build_model load like any other, then fine-tuned with train.py's loop at a tenth of
-the learning rate (the paper: 100 epochs, lr 0.01, cosine with 5% warm-up).
+model.build_model load like any other, then fine-tuned with train.py's loop "a few epochs"
+at "a smaller learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr
+0.01, cosine with 5% warm-up, are the authors' code's.
 """
 import json
 import sys
@@ -33,7 +34,7 @@ class Config:
     max_condition: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
                                        "(the paper's text says 1e5; the authors' code used 1e3)")
     min_alpha: float = option(1e-5, "prune quadratic heads whose alpha is below this")
-    epochs: int = option(100, "fine-tuning epochs (the paper: 100)")
+    epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
     out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
