@@ -37,6 +37,7 @@ from attention import SelfAttention2d
 from flags import option, parse_flags
 from model import model_from_config
 from train import Config as TrainConfig
+from train import applies
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
 MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage",
@@ -82,12 +83,15 @@ def add_travel(run: dict):
 
 def group(runs: list) -> dict:
     """Runs by experiment: the config without the seed (and settings that compute alike). A
-    setting that a run's config lacks (recorded before the option existed) takes its default."""
+    setting that a run's config lacks (recorded before the option existed) takes its default;
+    one that means nothing to the run's model (recorded before such settings were refused)
+    is left out."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     groups = {}
     for run in runs:
         config = defaults | run["config"]
-        key = json.dumps({k: v for k, v in config.items() if k not in NOT_THE_EXPERIMENT}, sort_keys=True)
+        key = json.dumps({k: v for k, v in config.items() if k not in NOT_THE_EXPERIMENT
+                          and applies(k, config["encoding"])}, sort_keys=True)
         groups.setdefault(key, []).append(run)
     for key, members in groups.items():
         seeds = [r["config"]["seed"] for r in members]
@@ -169,12 +173,16 @@ def differences(groups: dict, names: list, layer: int) -> str:
 
 
 def labels(groups: dict) -> dict:
-    """A name for each experiment: the settings in which it differs from the others."""
+    """A name for each experiment: its settings that another experiment with the same setting
+    sets otherwise (a ResNet's width is not compared with an attention network's nothing)."""
     configs = {key: json.loads(key) for key in groups}
-    names = set().union(*configs.values())
-    differ = sorted(k for k in names if len({json.dumps(c.get(k)) for c in configs.values()}) > 1)
     shown = lambda k, v: f"data={data_name({'data': v})}" if k == "data" else f"{k}={v}"
-    return {key: " ".join(shown(k, c.get(k)) for k in differ) or c["encoding"] for key, c in configs.items()}
+
+    def name(c):
+        differ = [k for k in sorted(c) if any(k in o and o[k] != c[k] for o in configs.values())]
+        return " ".join(shown(k, c[k]) for k in differ) or c["encoding"]
+
+    return {key: name(c) for key, c in configs.items()}
 
 
 def cell(s: dict, digits: int) -> str:
