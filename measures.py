@@ -11,7 +11,7 @@ Every measure looks at the central query of the grid, as the paper's figures do.
 - coverage: distinct integer shifts that hold such a head's center (heads with centers).
 - travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
-- overlap: how much the heads attend to the same keys (train.py's --overlap penalizes it).
+- overlap: how alike the heads' probabilities are (train.py's --overlap penalizes it).
 """
 import copy
 import math
@@ -93,17 +93,22 @@ def around_query(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
 
 
 def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
-    """sum_k P_h[q, k] P_g[q, k], averaged over the queries q and the pairs of distinct heads
-    h != g of a position-only layer: 1 when every head attends to the same one pixel, near 0
-    when sharp heads sit on distinct pixels. Differentiable: a scalar tensor."""
+    """How alike the heads' probabilities are: with G[h, g] = sum_k P_h[q, k] P_g[q, k]
+    averaged over the queries q, the cosine G[h, g] / sqrt(G[h, h] G[g, g]) averaged over the
+    pairs of distinct heads of a position-only layer. 1 when the heads are alike (uniform
+    heads included), 0 when each attends where no other does; two quadratic heads of width
+    alpha whose centers lie d pixels apart give exp(-alpha d^2 / 2) away from the borders.
+    Differentiable: a scalar tensor."""
     if isinstance(layer, FastSelfAttention2d) and layer.encoding.separable:  # P_h = P_h^row (x) P_h^col
         p_row, p_col = layer.axis_probs()  # so the sum over (query, key) pairs factorizes too
-        gram = torch.einsum("hqk,gqk->hg", p_row, p_row) / layer.grid[0] * torch.einsum("hqk,gqk->hg", p_col, p_col) / layer.grid[1]
+        gram = torch.einsum("hqk,gqk->hg", p_row, p_row) * torch.einsum("hqk,gqk->hg", p_col, p_col)
     else:
         P = layer.attention_probs()  # [heads, T, T]
-        gram = torch.einsum("hqk,gqk->hg", P, P) / P.shape[1]  # [heads, heads]
+        gram = torch.einsum("hqk,gqk->hg", P, P)  # [heads, heads]
+    norm = gram.diagonal().sqrt()
+    cosine = gram / (norm[:, None] * norm[None, :])
     heads = gram.shape[0]
-    return (gram.sum() - gram.diagonal().sum()) / max(heads * (heads - 1), 1)
+    return (cosine.sum() - cosine.diagonal().sum()) / max(heads * (heads - 1), 1)
 
 
 def measures(layer: SelfAttention2d) -> dict:

@@ -376,7 +376,8 @@ def test_overlap_from_rows_and_columns_equals_the_full_probabilities_in_values_a
     fast, dense = pair(encoding, (5, 7))
     overlaps = [measures.head_overlap(layer) for layer in (fast, dense)]
     P = dense.attention_probs()
-    by_hand = sum((P[h] * P[g]).sum() for h in range(4) for g in range(4) if h != g) / (35 * 12)
+    by_hand = sum((P[h] * P[g]).sum() / ((P[h] ** 2).sum() * (P[g] ** 2).sum()).sqrt()
+                  for h in range(4) for g in range(4) if h != g) / 12
     torch.testing.assert_close(overlaps[1], by_hand)
     torch.testing.assert_close(overlaps[0], overlaps[1])
     for o in overlaps:
@@ -386,11 +387,21 @@ def test_overlap_from_rows_and_columns_equals_the_full_probabilities_in_values_a
             torch.testing.assert_close(p.grad, q.grad, msg=name)
 
 
+def test_overlap_of_two_sharp_heads_falls_with_their_distance_as_exp_minus_alpha_d2_over_2():
+    layer = FastSelfAttention2d(4, heads=2, grid=(201, 201))  # few queries near a border
+    layer.encoding.alpha = 0.3  # wide enough that the pixel grid samples each head finely
+    for d in (0.0, 1.0, 2.0, 3.0):
+        with torch.no_grad():
+            layer.encoding.centers.copy_(torch.tensor([[0.0, 0.0], [0.0, d]]))
+        away = math.exp(-0.3 * d**2 / 2)  # far from the borders, where heads are cut off alike
+        assert measures.head_overlap(layer).item() == pytest.approx(away, rel=0.05)
+
+
 def test_a_uniform_layer_has_the_window_share_of_the_grid_and_full_overlap():
     layer = SelfAttention2d(8, heads=9, grid=(16, 16))
     layer.encoding.alpha = 0.0
     found = measures.measures(layer)
-    assert found["overlap"] == pytest.approx(1 / 256)  # every head the same uniform map: sum_k (1/T)^2
+    assert found["overlap"] == pytest.approx(1.0)  # every head the same uniform map
     assert found["locality_3x3"] == pytest.approx(9 / 256) and found["locality_5x5"] == pytest.approx(25 / 256)
     assert found["coverage"] == found["one_pixel"] == 0
     with pytest.raises(ValueError, match="no centers"):
