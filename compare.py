@@ -26,6 +26,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import torch
 from scipy import stats
 
 matplotlib.use("Agg")
@@ -33,15 +34,18 @@ import matplotlib.pyplot as plt
 
 import measures
 import visualize
+from measures import layer_measures
 from attention import SelfAttention2d
 from flags import option, parse_flags
 from model import model_from_config
+from records import head_snapshot
 from train import Config as TrainConfig
 from train import applies
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
-MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage",
+MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage", "overlap",
             "travel_mean", "travelled")
+MEASURES += tuple(f"start_{k}" for k in MEASURES[:8])
 
 
 @dataclass
@@ -61,24 +65,37 @@ def load_run(path) -> dict:
     if not metrics:
         raise ValueError(f"{path} has not finished an epoch")
     run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics)
-    add_travel(run)
+    add_start(run)
     return run
 
 
-def add_travel(run: dict):
-    """Each layer's travel from the start (measures.travel) into the final epoch's measures,
-    from the run's first and last heads.jsonl snapshots, for layers with head centers."""
+def add_start(run: dict):
+    """Into the final epoch's measures of each layer: the same measures at the run's start
+    (`start_` + name), from its model rebuilt as train.py initialized it (its seed), when that
+    model's heads match the run's heads.jsonl epoch 0 (else the start is not known); and, for
+    heads with centers, the travel from the first to the last snapshot (measures.travel)."""
     path, final = run["path"] / "heads.jsonl", run["metrics"][-1].get("layers")
     if not path.exists() or not final:
         return
     snapshots = [json.loads(line) for line in path.read_text().splitlines()]
-    if "centers" not in snapshots[0]["layers"][0] or snapshots[-1]["epoch"] != run["metrics"][-1]["epoch"]:
-        return
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    torch.manual_seed(run["config"]["seed"])  # as train.py seeds before building the model
     model = model_from_config(defaults | run["config"])
-    for found, moved in zip(final, measures.layer_travel(model, snapshots)):
-        if found is not None and moved is not None:
-            found.update(travel_mean=moved["travel_mean"], travelled=moved["travelled"])
+    rebuilt = json.loads(json.dumps(head_snapshot(model)))
+    if snapshots[0]["epoch"] == 0 and same_heads(rebuilt, snapshots[0]["layers"]):
+        for found, start in zip(final, layer_measures(model)):
+            if found is not None:
+                found.update({f"start_{k}": v for k, v in start.items()})
+    if "centers" in snapshots[0]["layers"][0] and snapshots[-1]["epoch"] == run["metrics"][-1]["epoch"]:
+        for found, moved in zip(final, measures.layer_travel(model, snapshots)):
+            if found is not None and moved is not None:
+                found.update(travel_mean=moved["travel_mean"], travelled=moved["travelled"])
+
+
+def same_heads(a: list, b: list) -> bool:
+    """Two heads.jsonl layer lists equal to the 4 decimals the central maps are stored with."""
+    return len(a) == len(b) and all(x.keys() == y.keys() and all(
+        np.allclose(np.array(x[k]), np.array(y[k]), atol=2e-4, rtol=0) for k in x) for x, y in zip(a, b))
 
 
 def group(runs: list) -> dict:
@@ -191,6 +208,11 @@ def cell(s: dict, digits: int) -> str:
     return f"{s['mean']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
+def start_end(m: dict, name: str, digits: int) -> str:
+    """"start → end" where the run's start is known (compare.add_start), else the end alone."""
+    return (f"{cell(m['start_' + name], digits)} → " if "start_" + name in m else "") + cell(m[name], digits)
+
+
 def table(groups: dict) -> str:
     """Markdown: an experiment a row; test accuracy mean ± sample std (min-max); each layer's
     measures mean (min-max)."""
@@ -199,8 +221,8 @@ def table(groups: dict) -> str:
     head = ["experiment", "data", "parameters", "seeds", "epochs", "minutes",
             "test acc, mean ± sample std (n-1) (min-max)"]
     for i in range(1, n_layers + 1):
-        head += [f"L{i} locality 3x3 / 5x5", f"L{i} one-pixel pixels / ring / sides / in 5x5", f"L{i} coverage",
-                 f"L{i} travel mean px / one-pixel heads moved >= 1 px"]
+        head += [f"L{i} locality 3x3, epoch 0 → end", f"L{i} locality 5x5", f"L{i} one-pixel pixels, epoch 0 → end",
+                 f"L{i} ring / sides / in 5x5", f"L{i} coverage", f"L{i} travel mean px / one-pixel heads moved >= 1 px"]
     rows = [head, ["---"] * len(head)]
     for key, name in labels(groups).items():
         s = summaries[key]
@@ -211,10 +233,10 @@ def table(groups: dict) -> str:
         for i in range(n_layers):
             m = s["layers"][i] if i < len(s["layers"]) else None
             if not m:
-                row += ["-"] * 4
+                row += ["-"] * 6
                 continue
-            row += [" / ".join(cell(m[k], 3) for k in ("locality_3x3", "locality_5x5")),
-                    " / ".join(cell(m[k], 1) if k in m else "-" for k in ("one_pixel", "ring", "sides", "inside_5x5")),
+            row += [start_end(m, "locality_3x3", 3), cell(m["locality_5x5"], 3), start_end(m, "one_pixel", 1),
+                    " / ".join(cell(m[k], 1) if k in m else "-" for k in ("ring", "sides", "inside_5x5")),
                     cell(m["coverage"], 1) if "coverage" in m else "-",
                     f"{cell(m['travel_mean'], 2)} / {cell(m['travelled'], 1)}" if "travelled" in m else "-"]
         rows.append(row)
