@@ -16,9 +16,7 @@ Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_va
 the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
 
 Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, the
-layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities. The
-file ends with `FastSelfAttention2d`, the same function in fewer operations, which the
-network uses; tests hold it to `SelfAttention2d` in values and gradients.
+layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities.
 """
 import math
 
@@ -263,6 +261,7 @@ class SelfAttention2d(nn.Module):
 
 
 # ---- the same layer in fewer operations (skip on first reading) ------------------------------
+# The network uses this class; test_all.py holds it to SelfAttention2d in values and gradients.
 
 class FastSelfAttention2d(SelfAttention2d):
     """SelfAttention2d computed in fewer operations: the same constructor, parameters and
