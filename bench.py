@@ -7,8 +7,9 @@
 0. Peak: an n x n matrix product in fp32 and in bf16, the ceiling of every figure below
    (timed beside every model row; the headline is the best of them).
 1. Layer: SelfAttention2d at the paper's size (16 x 16 grid, dim 400, 9 heads; batch 100 on
-   a GPU, 16 on the CPU), forward + backward, impl="dense" (the T x T product, as the
-   authors' code does it) against impl="fast", for every encoding, also with dropout 0.1 on
+   a GPU, 16 on the CPU), forward + backward, the paper's SelfAttention2d ("dense": the
+   T x T product, as the authors' code does it) against FastSelfAttention2d ("fast", what
+   the network uses), for every encoding, also with dropout 0.1 on
    the attention probabilities (training mode); and the layer's own Linear(3600, 400) alone
    on the same input, the floor any implementation pays ("x Linear": a layer's time over
    the floor's, timed alongside it).
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from attention import ENCODINGS, SelfAttention2d
+from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 from flags import option, parse_flags
 from model import build_model, counted_flops
 from records import environment
@@ -123,8 +124,8 @@ def bench_layers(device, cfg: Config) -> list:
     for name in names:
         encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * name.endswith("dropout")
         torch.manual_seed(0)
-        fast = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="fast").to(device)
-        dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout, impl="dense").to(device)
+        fast = FastSelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
+        dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
         dense.load_state_dict(fast.state_dict())
         steps = dict(dense=layer_step(dense, x), fast=layer_step(fast, x), floor=linear)
         s = measure({k: v[0] for k, v in steps.items()}, device, cfg.repeats)

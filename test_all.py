@@ -1243,7 +1243,3 @@ def test_bench_quick_measures_every_encoding():
     for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
         step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
         assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
-    dropout = bench.bench_dropout(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    assert [(r["name"], r["precision"]) for r in dropout] == [
-        (name, p) for name in ("tiny quadratic", "paper block quadratic") for p in ("fp32", "bf16")]
-    assert all(r["nn_dropout_s"] > 0 and r["ours_s"] > 0 for r in dropout)
