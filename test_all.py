@@ -468,6 +468,20 @@ def test_bad_model_arguments():
 
 
 
+def test_the_data_is_named_by_the_md5_of_its_six_batch_files(tmp_path):
+    folder = tmp_path / data_lib.FOLDER
+    folder.mkdir()
+    for i, name in enumerate(data_lib.BATCHES):
+        (folder / name).write_bytes(bytes([i]) * 10)
+    digests = " ".join(hashlib.md5(bytes([i]) * 10).hexdigest() for i in range(6))
+    found = data_lib.identity("cifar10", tmp_path)
+    assert found["md5"] == hashlib.md5(digests.encode()).hexdigest() and "unknown copy" in found["name"]
+    official = ("c99cafc152244af753f735de768cd75f d4bba439e000b95fd0a9bffe97cbabec 54ebc095f3ab1f0389bbae665268c751 "
+                "634d18415352ddfa80567beed471001a 482c414d41f54cd18b22e5b47cb7c3cb 40351d587109b95175f43aff81a1287e")
+    assert data_lib.KNOWN_COPIES[hashlib.md5(official.encode()).hexdigest()] == "CIFAR-10"
+    assert data_lib.identity("synthetic", seed=1)["md5"] != data_lib.identity("synthetic", seed=0)["md5"]
+
+
 SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"
 
 
@@ -720,6 +734,7 @@ def test_end_to_end_attention_run_writes_everything(tmp_path):
     assert heads[0] != heads[2]
     config = json.loads((run / "config.json").read_text())
     assert config["seed"] == 0 and config["environment"]["torch"] == torch.__version__
+    assert config["data"] == data_lib.identity("synthetic", seed=0) and len(config["data"]["md5"]) == 32
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and ckpt["config"]["dim"] == 16
     records.model_from_checkpoint(ckpt)
