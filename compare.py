@@ -69,6 +69,13 @@ def load_run(path) -> dict:
     return run
 
 
+def with_defaults(config: dict) -> dict:
+    """A run's config with the default of every setting it does not record (recorded before
+    the option existed)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    return defaults | config
+
+
 def add_start(run: dict):
     """Into the final epoch's measures of each layer: the same measures at the run's start
     (`start_` + name), from its model rebuilt as train.py initialized it (its seed), when that
@@ -78,9 +85,8 @@ def add_start(run: dict):
     if not path.exists() or not final:
         return
     snapshots = [json.loads(line) for line in path.read_text().splitlines()]
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     torch.manual_seed(run["config"]["seed"])  # as train.py seeds before building the model
-    model = model_from_config(defaults | run["config"])
+    model = model_from_config(with_defaults(run["config"]))
     rebuilt = json.loads(json.dumps(head_snapshot(model)))
     if snapshots[0]["epoch"] == 0 and same_heads(rebuilt, snapshots[0]["layers"]):
         for found, start in zip(final, layer_measures(model)):
@@ -100,13 +106,11 @@ def same_heads(a: list, b: list) -> bool:
 
 def group(runs: list) -> dict:
     """Runs by experiment: the config without the seed (and settings that compute alike). A
-    setting that a run's config lacks (recorded before the option existed) takes its default;
-    one that means nothing to the run's model (recorded before such settings were refused)
-    is left out."""
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    setting that a run's config lacks takes its default (with_defaults); one that means
+    nothing to the run's model (recorded before such settings were refused) is left out."""
     groups = {}
     for run in runs:
-        config = defaults | run["config"]
+        config = with_defaults(run["config"])
         key = json.dumps({k: v for k, v in config.items() if k not in NOT_THE_EXPERIMENT
                           and applies(k, config["encoding"])}, sort_keys=True)
         groups.setdefault(key, []).append(run)
