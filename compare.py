@@ -42,7 +42,7 @@ from records import head_snapshot
 from train import Config as TrainConfig
 from train import applies
 
-NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment"}
+NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "log_every"}
 MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage", "overlap",
             "travel_mean", "travelled")
 MEASURES += tuple(f"start_{k}" for k in MEASURES[:8])

@@ -6,8 +6,11 @@
 Every measure looks at the central query of the grid, as the paper's figures do.
 - locality: the share of the query's kernel energy inside a 3x3 (5x5) window, by the converse
   of Theorem 1 (prove.attention_to_conv): 1.0 for a 3x3 (5x5) convolution.
-- one_pixel, ring, sides, inside_5x5: where the heads that put at least half of the query's
-  probability on one pixel lie (Lemma 1's heads each sit on one shift).
+- one_pixel_heads, one_pixel, ring, sides, inside_3x3, inside_5x5: how many heads put at least
+  half of the query's probability on one pixel, and where those pixels lie (Lemma 1's heads
+  each sit on one shift).
+- mass_3x3, mass_5x5: the heads' probability inside the 3x3 and 5x5 windows around the query;
+  distance: their centers' mean distance from it (heads with centers).
 - coverage: distinct integer shifts that hold such a head's center (heads with centers).
 - travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
@@ -80,16 +83,34 @@ def one_pixel_heads(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
 
 def around_query(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
     """Where the one-pixel heads lie around the central query, for any position-only encoding.
-    `one_pixel`: distinct pixels holding such a head; `ring`: how many of the 8 pixels of the
-    3x3 ring around the query hold one (8 for a 3x3 convolution); `sides`: on how many of the
-    four sides (above, below, left, right: rows or columns beyond the query's) one lies;
-    `inside_5x5`: how many of those pixels lie in the 5x5 window around the query."""
-    shifts = set(one_pixel_heads(layer, mass).values())  # delta = key - query
+    `one_pixel_heads`: how many heads are one-pixel; `one_pixel`: the distinct pixels they sit
+    on; `ring`: how many of the 8 pixels of the 3x3 ring around the query hold one (8 for a
+    3x3 convolution); `sides`: on how many of the four sides (above, below, left, right: rows
+    or columns beyond the query's) one lies; `inside_3x3`, `inside_5x5`: how many of those
+    pixels lie in the 3x3 (the query and its ring) and 5x5 windows around the query."""
+    heads = one_pixel_heads(layer, mass)
+    shifts = set(heads.values())  # delta = key - query
     ring = sum(max(abs(dr), abs(dc)) == 1 for dr, dc in shifts)
     sides = [any(dr < 0 for dr, _ in shifts), any(dr > 0 for dr, _ in shifts),
              any(dc < 0 for _, dc in shifts), any(dc > 0 for _, dc in shifts)]
-    inside = sum(max(abs(dr), abs(dc)) <= 2 for dr, dc in shifts)
-    return {"one_pixel": len(shifts), "ring": ring, "sides": sum(sides), "inside_5x5": inside}
+    inside = {size: sum(max(abs(dr), abs(dc)) <= size // 2 for dr, dc in shifts) for size in (3, 5)}
+    return {"one_pixel_heads": len(heads), "one_pixel": len(shifts), "ring": ring, "sides": sum(sides),
+            "inside_3x3": inside[3], "inside_5x5": inside[5]}
+
+
+def window_mass(layer: SelfAttention2d, size: int) -> float:
+    """The central query's probability inside the size x size window around it, averaged over
+    the heads: 1.0 when every head attends inside it, the window's share of the grid when
+    every head is uniform."""
+    p = central_probs(layer)  # [heads, H, W]
+    H, W = layer.grid
+    r, c = H // 2 - size // 2, W // 2 - size // 2
+    return p[:, max(r, 0):r + size, max(c, 0):c + size].sum((1, 2)).mean().item()
+
+
+def center_distance(layer: SelfAttention2d) -> float:
+    """The heads' mean distance from the query in pixels: the mean norm of their centers."""
+    return layer.encoding.centers.detach().norm(dim=1).mean().item()
 
 
 def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
@@ -113,12 +134,14 @@ def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
 
 def measures(layer: SelfAttention2d) -> dict:
     """Locality in the 3x3 and 5x5 windows, the one-pixel heads around the query, the heads'
-    overlap and, for heads with centers, grid coverage."""
+    probability inside those windows, their overlap and, for heads with centers, grid coverage
+    and their distance from the query."""
     found = {"locality_3x3": locality(layer, 3), "locality_5x5": locality(layer, 5)} | around_query(layer)
+    found |= {"mass_3x3": window_mass(layer, 3), "mass_5x5": window_mass(layer, 5)}
     with torch.no_grad():
         found["overlap"] = head_overlap(layer).item()
     if hasattr(layer.encoding, "centers"):
-        found["coverage"] = grid_coverage(layer)
+        found |= {"coverage": grid_coverage(layer), "distance": center_distance(layer)}
     return found
 
 

@@ -2,7 +2,8 @@
 
 A run directory holds config.json (the flags, and `environment`: commit, whether the tree
 had uncommitted changes, torch, device, the CPU with its matrix-unit class), metrics.jsonl
-(a line an epoch), heads.jsonl (Figs. 2 and 5) and checkpoint.pt (everything `--resume`
+(a line an epoch), heads.jsonl (Figs. 2 and 5), steps.jsonl (with --log-every: the measures
+and heads every few steps) and checkpoint.pt (everything `--resume`
 needs to continue exactly).
 """
 import dataclasses
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from measures import central_probs
+from measures import central_probs, layer_measures
 from model import model_from_config
 
 
@@ -78,18 +79,28 @@ def kept_heads(run: Path, model: nn.Module) -> list:
 # ---- the per-epoch logs -----------------------------------------------------------------
 
 def head_snapshot(model) -> list:
-    """Each position-only layer's heads, as lists: centers and widths (quadratic: alpha;
-    gaussian: inv_cov), or for an encoding without centers the central query's probabilities
-    [heads, H, W] to 4 decimals (Fig. 5's maps)."""
-    layers = []
-    for layer in getattr(model, "attention_layers", []):
-        enc = layer.encoding
-        if hasattr(enc, "centers"):
-            extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
-            layers.append({k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()})
-        elif not layer.content:
-            layers.append({"central": central_probs(layer).cpu().double().numpy().round(4).tolist()})
-    return layers
+    """Each position-only layer's heads (layer_snapshot): heads.jsonl's "layers"."""
+    return [layer_snapshot(layer) for layer in getattr(model, "attention_layers", [])
+            if hasattr(layer.encoding, "centers") or not layer.content]
+
+
+def layer_snapshot(layer) -> dict:
+    """A layer's heads, as lists: centers and widths (quadratic: alpha; gaussian: inv_cov), or
+    for an encoding without centers the central query's probabilities [heads, H, W] to 4
+    decimals (Fig. 5's maps)."""
+    enc = layer.encoding
+    if hasattr(enc, "centers"):
+        extra = {"alpha": enc.alpha} if hasattr(enc, "alpha") else {"inv_cov": enc.inv_cov}
+        return {k: v.detach().cpu().tolist() for k, v in ({"centers": enc.centers} | extra).items()}
+    return {"central": central_probs(layer).cpu().double().numpy().round(4).tolist()}
+
+
+def step_record(model, step: int, train_loss) -> dict:
+    """A steps.jsonl line: the step (0: the start), the running training loss of its epoch, and
+    each attention layer's measures (measures.py) with, for heads with centers, the heads."""
+    layers = getattr(model, "attention_layers", [])
+    heads = [layer_snapshot(layer) if hasattr(layer.encoding, "centers") else None for layer in layers]
+    return {"step": step, "train_loss": train_loss, "layers": layer_measures(model), "heads": heads}
 
 
 def append_jsonl(path: Path, record: dict):
@@ -97,10 +108,10 @@ def append_jsonl(path: Path, record: dict):
         f.write(json.dumps(record) + "\n")
 
 
-def keep_epochs(path: Path, last: int):
-    """Drop lines of epochs after `last` (a resumed run writes them again)."""
+def keep_lines(path: Path, last: int, key: str = "epoch"):
+    """Drop the lines whose `key` (epoch, or step) is past `last`: a resumed run writes them again."""
     if path.exists():
-        lines = [l for l in path.read_text().splitlines() if json.loads(l)["epoch"] <= last]
+        lines = [l for l in path.read_text().splitlines() if json.loads(l)[key] <= last]
         path.write_text("".join(l + "\n" for l in lines))
 
 

@@ -318,11 +318,13 @@ def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
     layer.set_grid((9, 9))
     found = measures.measures(layer)
     assert 0 < found.pop("overlap") < 0.05  # shared keys only at the border, where off-grid shifts fall inside
-    assert found == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9,
-                                   "one_pixel": 9, "ring": 8, "sides": 4, "inside_5x5": 9})
+    assert found.pop("distance") == pytest.approx((4 * 1 + 4 * 2**0.5) / 9)  # 4 sides, 4 corners, the query
+    assert found == pytest.approx({"locality_3x3": 1.0, "locality_5x5": 1.0, "coverage": 9, "one_pixel_heads": 9,
+                                   "one_pixel": 9, "ring": 8, "sides": 4, "inside_3x3": 9, "inside_5x5": 9,
+                                   "mass_3x3": 1.0, "mass_5x5": 1.0})
     layer.encoding.alpha = 1.0  # heads spread: no pixel holds half a head's mass
     assert measures.grid_coverage(layer) == 0 and measures.locality(layer, 3) < 0.9
-    assert measures.around_query(layer) == {"one_pixel": 0, "ring": 0, "sides": 0, "inside_5x5": 0}
+    assert measures.around_query(layer) == dict.fromkeys(NEAR, 0)
 
 
 def test_a_floor_on_alpha_adds_to_the_width_term_reaches_the_layer_and_its_checkpoint():
@@ -343,18 +345,34 @@ def test_a_floor_on_alpha_adds_to_the_width_term_reaches_the_layer_and_its_check
     assert p.max() == pytest.approx(1 / sum(math.exp(-2.0 * (i * i + j * j)) for i in range(-8, 8) for j in range(-8, 8)))
 
 
+NEAR = ("one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3", "inside_5x5")
+
+
 def test_around_the_query_counts_one_pixel_heads_by_ring_and_side():
     layer = prove.conv_to_attention(nn.Conv2d(2, 2, 3, padding=1), alpha=50.0).attention
     layer.set_grid((9, 9))
-    with torch.no_grad():  # two heads on one pixel, one two pixels away, the rest above-right
+    with torch.no_grad():  # several heads on one pixel, one two pixels away, one between pixels
         layer.encoding.centers.copy_(torch.tensor([[-1, 0], [-1, 1], [0, 1], [0, 1], [-2, 2], [-1, 0],
                                                    [0, 1], [-1, 1], [-0.5, 0.5]]))
-    assert measures.around_query(layer) == {"one_pixel": 4, "ring": 3, "sides": 2, "inside_5x5": 4}  # above, right
+    near = lambda: [measures.around_query(layer)[k] for k in NEAR]
+    assert near() == [8, 4, 3, 2, 3, 4]  # above and right
     layer.encoding.centers.data[0] = torch.tensor([1.0, -1.0])  # below-left
-    assert measures.around_query(layer) == {"one_pixel": 5, "ring": 4, "sides": 4, "inside_5x5": 5}
+    assert near() == [8, 5, 4, 4, 4, 5]
     layer.encoding.centers.data[0] = torch.tensor([3.0, -1.0])  # three rows below: outside the 5x5 window
-    assert measures.around_query(layer) == {"one_pixel": 5, "ring": 3, "sides": 4, "inside_5x5": 4}
-    assert measures.around_query(layer, mass=1.01) == {"one_pixel": 0, "ring": 0, "sides": 0, "inside_5x5": 0}
+    assert near() == [8, 5, 3, 4, 3, 4]
+    assert measures.around_query(layer, mass=1.01) == dict.fromkeys(NEAR, 0)
+
+
+def test_window_mass_is_the_heads_mean_probability_inside_the_window():
+    layer = SelfAttention2d(4, heads=3, grid=(9, 9))
+    with torch.no_grad():
+        layer.encoding.centers.copy_(torch.tensor([[0.0, 0.0], [0.0, 2.0], [3.0, 3.0]]))
+        layer.encoding.alpha = 50.0  # one-pixel heads: on the query, 2 px right, 3 px off both ways
+    assert measures.window_mass(layer, 3) == pytest.approx(1 / 3, abs=1e-6)
+    assert measures.window_mass(layer, 5) == pytest.approx(2 / 3, abs=1e-6)
+    assert measures.center_distance(layer) == pytest.approx((0 + 2 + 18**0.5) / 3)
+    layer.encoding.alpha = 0.0  # uniform heads: the window's share of the grid
+    assert measures.window_mass(layer, 3) == pytest.approx(9 / 81)
 
 
 def test_travel_counts_the_one_pixel_heads_that_moved_a_pixel_or_more(tmp_path):
@@ -771,7 +789,7 @@ def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision
 
 
 def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(tmp_path, monkeypatch):
-    train_lib.run(small_config(tmp_path / "a"))
+    train_lib.run(small_config(tmp_path / "a", log_every=2))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
     real_epoch = data_lib.Batches.epoch
@@ -784,15 +802,19 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
 
     monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
     with pytest.raises(runtime.Stop):
-        train_lib.run(small_config(tmp_path / "b"))
+        train_lib.run(small_config(tmp_path / "b", log_every=2))
     monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
     saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
     assert (saved["epoch"], saved["step"]) == (1, 3)
+    with open(tmp_path / "b" / "run" / "steps.jsonl", "a") as f:  # a line past the save, as a crash would leave
+        f.write(json.dumps({"step": 99}) + "\n")
     train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
     assert len(records.load_checkpoint(tmp_path / "b" / "run")[0]["metrics"]) == 2
+    steps = [(tmp_path / run / "run" / "steps.jsonl").read_text() for run in "ab"]  # 6 batches an epoch
+    assert steps[0] == steps[1] and [json.loads(l)["step"] for l in steps[0].splitlines()] == [0, 2, 4, 6, 8, 10, 12]
 
 
 TRAIN_FLAGS = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32", "--heads", "4",

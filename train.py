@@ -67,6 +67,8 @@ class Config:
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
                                   "or laptop (Fig. 2 on a CPU)", choices=["paper", "tiny", "laptop"])
     eval_batch_size: int = option(500, "images a test batch")
+    log_every: int = option(0, "every this many steps (and at step 0), the layers' measures and heads to "
+                               "steps.jsonl (0: none)")
     out: str = option("", "run directory (default runs/ENCODING-PRESET)")
     resume: str = option("", "run directory (or checkpoint) to continue")
     seed: int = option(0, "the one seed of the run")
@@ -214,6 +216,8 @@ def parse_config(argv=None) -> Config:
 
 def check_config(cfg: Config):
     """A ValueError naming the flag for any value that cannot work."""
+    if cfg.log_every < 0:
+        raise ValueError(f"--log-every must be 0 (none) or a number of steps, got {cfg.log_every}")
     for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")

@@ -2,7 +2,8 @@
 
 - a run directory: config.json (the flags, the data's name and checksum, what computed it),
   metrics.jsonl (a line an epoch, with each attention layer's measures), heads.jsonl (the
-  heads per epoch, for Figs. 2 and 5) and checkpoint.pt, rewritten atomically every epoch;
+  heads per epoch, for Figs. 2 and 5), steps.jsonl (with --log-every N: the measures and heads
+  every N steps and at step 0) and checkpoint.pt, rewritten atomically every epoch;
 - resume: `--resume` continues where a run stopped, bit for bit; Ctrl-C or SIGTERM stops at
   the next batch boundary and saves there (a second Ctrl-C stops at once);
 - progress on stderr, the run's precision decided once, several processes (torchrun, DDP).
@@ -20,8 +21,8 @@ import torch.distributed as dist
 import data as data_lib
 from measures import layer_measures
 from model import model_from_config
-from records import (append_jsonl, atomic_save, checkpoint_dict, environment, head_snapshot, keep_epochs,
-                     load_checkpoint)
+from records import (append_jsonl, atomic_save, checkpoint_dict, environment, head_snapshot, keep_lines,
+                     load_checkpoint, step_record)
 from runtime import Precision, Progress, Stop, StopSignal, TrainingError, choose_precision
 from train import PRECISIONS, Config, check_config, evaluate, make_optimizer, make_schedule, not_applied, train_epoch
 
@@ -103,13 +104,20 @@ class Trainer:
         record = asdict(self.cfg) | {"not_applied": not_applied(self.cfg), "data": self.data,
                                      "environment": environment(self.device) | {"precision": reason}}
         (self.out / "config.json").write_text(json.dumps(record, indent=1))
-        keep_epochs(self.out / "metrics.jsonl", self.epoch)
-        keep_epochs(self.out / "heads.jsonl", self.epoch)
+        keep_lines(self.out / "metrics.jsonl", self.epoch)
+        keep_lines(self.out / "heads.jsonl", self.epoch)
+        keep_lines(self.out / "steps.jsonl", self.global_step, key="step")
         if self.epoch == 0 and self.step == 0 and head_snapshot(self.model):
             append_jsonl(self.out / "heads.jsonl", {"epoch": 0, "layers": head_snapshot(self.model)})
+        if self.global_step == 0 and self.cfg.log_every:
+            append_jsonl(self.out / "steps.jsonl", step_record(self.model, 0, None))
         print(f"{self.cfg.encoding} on {self.cfg.dataset} ({self.sizes[0]} train / {self.sizes[1]} test images), "
               f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
               f", {reason}, {self.world} process(es) -> {self.out}", flush=True)
+
+    @property
+    def global_step(self) -> int:
+        return self.epoch * len(self.train_batches) + self.step
 
     def run_epoch(self, stop: StopSignal, progress: Progress):
         """The remaining batches of self.epoch, with running sums, progress, and a stop check
@@ -133,7 +141,10 @@ class Trainer:
             self.sums += torch.stack([loss * n, correct, torch.tensor(n, device=self.device)]).double()
             if self.step % 50 == 0 and not torch.isfinite(self.sums[0]):
                 break
-            progress.step(time.time() - step_started, self.epoch * len(self.train_batches) + self.step,
+            if self.writer and self.cfg.log_every and self.global_step % self.cfg.log_every == 0:
+                loss = self.sums[0].item() / self.sums[2].item()  # this epoch's so far
+                append_jsonl(self.out / "steps.jsonl", step_record(self.model, self.global_step, loss))
+            progress.step(time.time() - step_started, self.global_step,
                           lambda: f"loss {self.sums[0].item() / self.sums[2].item():.3f}")
         progress.end_epoch()
         self.seconds = time.time() - started
