@@ -19,6 +19,7 @@ the p-value of Welch's t-test (scipy.stats), which does not assume equal varianc
 """
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -43,9 +44,10 @@ from train import Config as TrainConfig
 from train import applies
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "log_every"}
-MEASURES = ("locality_3x3", "locality_5x5", "one_pixel", "ring", "sides", "inside_5x5", "coverage", "overlap",
-            "travel_mean", "travelled")
-MEASURES += tuple(f"start_{k}" for k in MEASURES[:8])
+LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
+                  "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
+MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)
+CURVES = ("one_pixel_heads", "one_pixel", "sides", "inside_3x3", "inside_5x5", "mass_3x3", "mass_5x5", "distance")
 
 
 @dataclass
@@ -53,8 +55,10 @@ class Config:
     runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
     out: str = option("", "folder for the figures (none without it)")
     layer: int = option(1, "the layer that the side-by-side Figs. 2 and 5 show, and whose --measures are compared")
-    measures: list = option([], f"measures of --layer to compare between experiments too: {', '.join(MEASURES)}",
-                            nargs="*", choices=MEASURES)
+    measures: list = option([], f"measures of --layer to compare between experiments too, and each against "
+                                f"its value at the start: {', '.join(MEASURES)}", nargs="*", choices=MEASURES)
+    at: list = option([], "steps at which to tabulate --layer's measures from steps.jsonl (train.py --log-every)",
+                      nargs="*", type=int)
 
 
 def load_run(path) -> dict:
@@ -64,7 +68,10 @@ def load_run(path) -> dict:
     metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     if not metrics:
         raise ValueError(f"{path} has not finished an epoch")
-    run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics)
+    steps = path / "steps.jsonl"
+    steps = [json.loads(line) for line in steps.read_text().splitlines()] if steps.exists() else []
+    run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics,
+               steps={line["step"]: line["layers"] for line in steps})  # step -> each layer's measures
     add_start(run)
     return run
 
@@ -149,15 +156,62 @@ def data_name(config: dict) -> str:
     return (config.get("data") or {}).get("name", "not recorded")
 
 
-def values(members: list, name: str, layer: int) -> list:
-    """Each run's final test accuracy (`test_acc`) or final measure `name` of `layer` (1-based)."""
+def values(members: list, name: str, layer: int, step: int = None) -> list:
+    """Each run's final test accuracy (`test_acc`), or its measure `name` of `layer` (1-based)
+    at the final epoch, or at `step` (steps.jsonl)."""
     finals = [r["metrics"][-1] for r in members]
     if name == "test_acc":
         return [m["test_acc"] for m in finals]
-    found = [(m.get("layers") or [None] * layer)[layer - 1] for m in finals]
+    if step is None:
+        found = [(m.get("layers") or [None] * layer)[layer - 1] for m in finals]
+    else:
+        missing = [str(r["path"]) for r in members if step not in r["steps"]]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} logged no step {step} (train.py --log-every)")
+        found = [r["steps"][step][layer - 1] for r in members]
     if any(f is None or name not in f for f in found):
         raise ValueError(f"not every run has {name} for layer {layer}")
     return [f[name] for f in found]
+
+
+def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
+    """For each experiment, each measure's change from the run's start to its end (or to
+    `step`), seed by seed: the mean change with its 95% interval (Student's t over the seeds'
+    changes). The start is step 0 of steps.jsonl when `step` is given, else the start that
+    add_start rebuilt."""
+    lines = []
+    for key, label in labels(groups).items():
+        for name in names:
+            try:
+                start = values(groups[key], name, layer, 0) if step is not None else \
+                    values(groups[key], "start_" + name, layer)
+                end = values(groups[key], name, layer, step)
+            except ValueError as e:
+                lines.append(f"{label}: layer {layer} {name}: {e}")
+                continue
+            d = [b - a for a, b in zip(start, end)]
+            text = (f"{label}: layer {layer} {name}, start → {'end' if step is None else f'step {step}'}: "
+                    f"{statistics.fmean(start):.3f} → {statistics.fmean(end):.3f}, change {statistics.fmean(d):+.3f}")
+            if len(d) > 1 and statistics.stdev(d) > 0:
+                interval = stats.ttest_1samp(d, 0).confidence_interval(0.95)
+                text += f", 95% interval [{interval.low:+.3f}, {interval.high:+.3f}]"
+            lines.append(text + f" ({len(d)} seeds: {', '.join(f'{x:+.3f}' for x in d)})")
+    return "\n".join(lines)
+
+
+def steps_table(groups: dict, steps: list, layer: int) -> str:
+    """Markdown: a row an experiment and step, `layer`'s CURVES measures there (steps.jsonl),
+    mean (min-max) over the seeds."""
+    rows = [["experiment", "seeds", "step"] + list(CURVES)]
+    rows.append(["---"] * len(rows[0]))
+    for key, label in labels(groups).items():
+        for step in steps:
+            try:
+                found = {name: spread(values(groups[key], name, layer, step)) for name in CURVES}
+            except ValueError:
+                continue
+            rows.append([label, str(len(groups[key])), f"{step:,}"] + [cell(found[n], 2) for n in CURVES])
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
 def difference(a: list, b: list) -> dict:
@@ -267,6 +321,33 @@ def curves_figure(groups: dict, out: Path) -> Path:
     return out / "accuracy_over_seeds.png"
 
 
+def steps_figure(groups: dict, layer: int, out: Path) -> Path:
+    """Fig. 2 by training: `layer`'s CURVES measures against steps (steps.jsonl), each
+    experiment's mean over its seeds, with the min-max band, at the steps every seed logged."""
+    names = {key: label for key, label in labels(groups).items() if all(r["steps"] for r in groups[key])}
+    if not names:
+        raise ValueError("no run has steps.jsonl (train.py --log-every)")
+    fig, axes = plt.subplots(2, 4, figsize=(14, 5.8), sharex=True)
+    for key, label in names.items():
+        members = groups[key]
+        steps = sorted(set.intersection(*(set(r["steps"]) for r in members)))
+        for ax, name in zip(axes.flat, CURVES):
+            columns = [[r["steps"][s][layer - 1].get(name, math.nan) for r in members] for s in steps]
+            line, = ax.plot(steps, [statistics.fmean(c) for c in columns], lw=1.2,
+                            label=f"{label} ({len(members)} seeds)")
+            ax.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
+    for ax, name in zip(axes.flat, CURVES):
+        ax.set_title(f"layer {layer}: {name}", fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[0, 0].legend(fontsize=6)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / f"steps_layer{layer}.png", dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return out / f"steps_layer{layer}.png"
+
+
 def last_heads(run: dict, layer: int):
     """The layer's entry of the run's last heads.jsonl snapshot, or None."""
     path = run["path"] / "heads.jsonl"
@@ -330,10 +411,18 @@ def main():
         if len(groups) > 1:
             print("\nDifferences between experiments (final epoch):")
             print(differences(groups, ["test_acc"] + cfg.measures, cfg.layer))
+        if cfg.measures:
+            print("\nEach experiment's change from its start (final epoch):")
+            print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer))
+        if cfg.at:
+            print(f"\nLayer {cfg.layer} at steps {', '.join(map(str, cfg.at))} (steps.jsonl):")
+            print(steps_table(groups, cfg.at, cfg.layer))
+            for step in (s for s in cfg.at if s and cfg.measures):
+                print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer, step))
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
             runs = [r for g in groups.values() for r in g]
-            for figure in (grids_figure, maps_figure):
+            for figure in (steps_figure, grids_figure, maps_figure):
                 try:
                     print(f"wrote {figure(runs, cfg.layer, Path(cfg.out))}")
                 except ValueError as e:

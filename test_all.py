@@ -1152,6 +1152,33 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     assert "layer 1 ring: not every run has ring for layer 1" in text
 
 
+def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path):
+    # Three seeds whose layer-1 mass_5x5 rises from step 0 by 0.1, 0.2 and 0.3: a mean change
+    # of 0.2 with sample std 0.1, so Student's 95% interval is 0.2 -+ t_{0.975, 2} 0.1 / sqrt(3),
+    # t_{0.975, 2} = 4.302653 (a t table).
+    runs = []
+    for seed, rise in enumerate((0.1, 0.2, 0.3)):
+        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5], log_every=100 * (seed + 1))  # logging: not the experiment
+        lines = [{"step": step, "train_loss": None, "heads": [None],
+                  "layers": [dict.fromkeys(compare.CURVES, 1.0) | {"mass_5x5": 0.5 + rise * step / 200,
+                                                                   "one_pixel": step // 100 + seed}]}
+                 for step in (0, 100, 200)]
+        (run / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        runs.append(compare.load_run(run))
+    groups = compare.group(runs)
+    assert len(groups) == 1 and compare.values(runs, "mass_5x5", 1, 200) == pytest.approx([0.6, 0.7, 0.8])
+    half = 4.302653 * 0.1 / math.sqrt(3)
+    text = compare.changes(groups, ["mass_5x5"], 1, 200)
+    assert f"start → step 200: 0.500 → 0.700, change +0.200, 95% interval [{0.2 - half:+.3f}, {0.2 + half:+.3f}]" in text
+    table = compare.steps_table(groups, [0, 200], 1)
+    assert "| quadratic | 3 | 0 | 1.00 | 1.00 (0.00-2.00) |" in table and "| quadratic | 3 | 200 | 1.00 | 3.00 (2.00-4.00) |" in table
+    with pytest.raises(ValueError, match="logged no step 300"):
+        compare.values(runs, "mass_5x5", 1, 300)
+    assert not_blank(compare.steps_figure(groups, 1, tmp_path))
+    with pytest.raises(ValueError, match="no run has steps.jsonl"):
+        compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
+
+
 def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
     cfg = small_config(tmp_path, epochs=1)
     train_lib.run(cfg)

@@ -9,8 +9,9 @@ Writes, for the model in the checkpoint:
   every layer's heads as their 50% (solid) and 90% (dotted) probability regions around the
   central query pixel (black), one colour per head, on the pixel grid. The regions come from
   the layer's own probabilities: the smallest set of keys holding that mass.
-- fig2: the centers of one layer's heads moving over training (from heads.jsonl), as a
-  picture and as an animated GIF, one frame an epoch.
+- fig2: the centers of one layer's heads moving over training, as a picture and as an
+  animated GIF: every --log-every steps (steps.jsonl) where the run logged them, else every
+  epoch (heads.jsonl).
 - fig5: the attention map of every head (columns) at every layer (rows) for the central query.
 - fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs;
   locality: each layer's 3x3 locality at initialization and trained, for the same runs.
@@ -176,29 +177,41 @@ def draw_trajectories(ax, layer, snapshots: list, ids: list, title: str):
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
 
 
-def trajectory_figure(model, run: Path, layer_index: int, ids, out, pdf) -> list:
-    """Fig. 2 as a picture and, frame by frame over the epochs, as an animated GIF."""
-    path = run / "heads.jsonl"
-    if not path.exists():
+def head_snapshots(run: Path, layer_index: int) -> list:
+    """(when, the layer's heads) over training: every --log-every steps from steps.jsonl where
+    the run logged it, else every epoch from heads.jsonl; [] for heads without centers."""
+    steps, epochs = run / "steps.jsonl", run / "heads.jsonl"
+    if steps.exists():
+        lines = [json.loads(line) for line in steps.read_text().splitlines()]
+        found = [(f"{l['step']:,} steps", l["heads"][layer_index - 1]) for l in lines if len(l["heads"]) >= layer_index]
+    elif epochs.exists():
+        lines = [json.loads(line) for line in epochs.read_text().splitlines()]
+        found = [(f"{l['epoch']} epoch{'s' * (l['epoch'] != 1)}", l["layers"][layer_index - 1])
+                 for l in lines if len(l["layers"]) >= layer_index]
+    else:
         return []
-    snapshots = [json.loads(line) for line in path.read_text().splitlines()]
-    layers = snapshots[0]["layers"]
-    if len(layers) < layer_index or "centers" not in layers[layer_index - 1]:
-        return []  # an encoding without centers: heads.jsonl holds its maps (Fig. 5)
+    return found if found and "centers" in (found[0][1] or {}) else []  # no centers: Fig. 5's maps instead
+
+
+def trajectory_figure(model, run: Path, layer_index: int, ids, out, pdf, frames: int = 60) -> list:
+    """Fig. 2 as a picture and, over training in at most `frames` frames, as an animated GIF."""
+    snapshots = head_snapshots(run, layer_index)
+    if not snapshots:
+        return []
     layer, ids = model.attention_layers[layer_index - 1], ids[layer_index - 1]
-    heads = [s["layers"][layer_index - 1] for s in snapshots]
+    heads = [heads for _, heads in snapshots]
     name = f"fig2_centers_during_training_layer{layer_index}"
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
 
     def frame(n):
         ax.clear()
-        epochs = snapshots[n]["epoch"]
         draw_trajectories(ax, layer, heads[:n + 1], ids, f"Layer {layer_index}: head centers from initialization "
-                          f"(x) over {epochs} epoch{'s' * (epochs != 1)}, and their regions")
+                          f"(x) over {snapshots[n][0]}, and their regions")
 
-    animation = matplotlib.animation.FuncAnimation(fig, frame, frames=len(snapshots))
+    shown = sorted(set(np.linspace(0, len(snapshots) - 1, min(frames, len(snapshots))).round().astype(int).tolist()))
+    animation = matplotlib.animation.FuncAnimation(fig, frame, frames=shown)
     out.mkdir(parents=True, exist_ok=True)
-    animation.save(out / f"{name}.gif", writer=matplotlib.animation.PillowWriter(fps=2), dpi=90)
+    animation.save(out / f"{name}.gif", writer=matplotlib.animation.PillowWriter(fps=max(2, len(shown) // 10)), dpi=90)
     frame(len(snapshots) - 1)
     return save(fig, out, name, pdf) + [out / f"{name}.gif"]
 
@@ -235,9 +248,11 @@ def print_measures(found: list, out: Path):
     print("how convolution-like each layer is (central query; measures.py):")
     for i, m in enumerate(found):
         text = "content layer: no fixed kernel" if m is None else (
-            f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}"
-            + f"  one-pixel heads on {m['one_pixel']} pixels ({m['inside_5x5']} in the 5x5 window), {m['ring']} of "
-              f"the 8 around the query, on {m['sides']} of its 4 sides" + (f"  coverage {m['coverage']}" if "coverage" in m else "")
+            f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}; probability in 3x3 {m['mass_3x3']:.3f}"
+            + f"  5x5 {m['mass_5x5']:.3f}\n           {m['one_pixel_heads']} one-pixel heads on {m['one_pixel']} pixels "
+              f"({m['inside_3x3']} in the 3x3 window, {m['inside_5x5']} in the 5x5), {m['ring']} of the 8 around the "
+              f"query, on {m['sides']} of its 4 sides" + (f"; coverage {m['coverage']}" if "coverage" in m else "")
+            + (f"; centers {m['distance']:.2f} px from the query on average" if "distance" in m else "")
             + (f"\n           travel from the start: mean {m['travel_mean']:.2f} px, max {m['travel_max']:.2f} px; "
                f"{m['travelled']} one-pixel heads moved 1 px or more" if "travel" in m else ""))
         print(f"  layer {i + 1}: {text}")
