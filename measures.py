@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from attention import FastSelfAttention2d, SelfAttention2d
+from attention import SelfAttention2d
 
 ONE_PIXEL = 0.5  # a head is one-pixel when it puts at least this much probability on one key
 
@@ -120,8 +120,8 @@ def head_overlap(layer: SelfAttention2d) -> torch.Tensor:
     heads included), 0 when each attends where no other does; two quadratic heads of width
     alpha whose centers lie d pixels apart give exp(-alpha d^2 / 2) away from the borders.
     Differentiable: a scalar tensor."""
-    if isinstance(layer, FastSelfAttention2d) and layer.encoding.separable:  # P_h = P_h^row (x) P_h^col
-        p_row, p_col = layer.axis_probs()  # so the sum over (query, key) pairs factorizes too
+    if hasattr(layer, "axis_probs") and layer.encoding.separable:  # a layer with P_h = P_h^row (x) P_h^col
+        p_row, p_col = layer.axis_probs()  # (the fast layer): the sum over (query, key) pairs factorizes too
         gram = torch.einsum("hqk,gqk->hg", p_row, p_row) * torch.einsum("hqk,gqk->hg", p_col, p_col)
     else:
         P = layer.attention_probs()  # [heads, T, T]

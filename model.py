@@ -53,7 +53,7 @@ class SelfAttentionNet(nn.Module):
     def __init__(self, encoding: str = "quadratic", layers: int = 6, heads=9, dim: int = 400,
                  ffn_dim: int = 512, dropout: float = 0.1, attention_dropout: float = 0.1,
                  content: bool = False, image_size: int = 32, num_classes: int = 10, center_std: float = 2.0,
-                 grid_start: bool = False, min_alpha: float = 0.0, layer: type = FastSelfAttention2d):
+                 grid_start: bool = False, min_alpha: float = 0.0, layer: type = SelfAttention2d):
         super().__init__()
         heads = [heads] * layers if isinstance(heads, int) else list(heads)
         if len(heads) != layers:
@@ -64,8 +64,8 @@ class SelfAttentionNet(nn.Module):
             raise ValueError(f"grid_start moves head centers; {encoding} heads have none")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
-        # `layer` is the paper's SelfAttention2d computed in fewer operations (FastSelfAttention2d,
-        # held equal to it by the tests); layer=SelfAttention2d runs eq. 12 as written.
+        # `layer`: the paper's SelfAttention2d (eq. 12 as written), or the same layer computed in
+        # fewer operations, FastSelfAttention2d (held equal to it by the tests), as train.py runs it.
         self.blocks = nn.ModuleList(Block(layer(dim, n, grid, encoding, content, attention_dropout, center_std=center_std,
                                                 min_alpha=min_alpha), dim, ffn_dim, dropout) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
@@ -147,8 +147,10 @@ def model_kwargs(config: dict) -> dict:
                          min_alpha=config.get("min_alpha", 0.0) if quadratic else 0.0)
 
 
-def model_from_config(config: dict) -> nn.Module:
-    return build_model(config["encoding"], **model_kwargs(config))
+def model_from_config(config: dict, layer: type = SelfAttention2d) -> nn.Module:
+    """The model a run's config describes, its attention layers of class `layer`."""
+    kwargs = model_kwargs(config) | ({"layer": layer} if config["encoding"] != "resnet18" else {})
+    return build_model(config["encoding"], **kwargs)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -190,10 +192,10 @@ def main():
         torch.manual_seed(0)
         model = build_model(name)
         paper_p, paper_f = (f"{v / s:.1f}{u}" for v, s, u in zip(PAPER.get(name, (0, 0)), (1e6, 1e9), "MB"))
-        dense = counted_flops(build_model(name, layer=SelfAttention2d)) if name != "resnet18" else counted_flops(model)
+        fast = build_model(name, layer=FastSelfAttention2d) if name != "resnet18" else model
         print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
               f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
-              f"{dense / 1e9:>17.2f}B{counted_flops(model) / 1e9:>7.2f}B")
+              f"{counted_flops(model) / 1e9:>17.2f}B{counted_flops(fast) / 1e9:>7.2f}B")
     print("Paper convention: 2 x multiply-adds of Linear/Conv layers only; the attention product "
           "P_h X (9 x 256 x 256 x 400 multiply-adds a layer) is not counted.\n'all FLOPs' "
           "counts every matrix product (torch.utils.flop_counter) per image for the paper's layer / the fast one.")

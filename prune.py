@@ -134,7 +134,7 @@ def prune(cfg: Config):
     print(f"saved the pruned model to {out / 'checkpoint.pt'}")
     if cfg.finetune:
         print(f"fine-tuning {cfg.epochs} epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g}")
-        train_lib.run(finetune, model=small)
+        train_lib.main(finetune, model=small)
     return out
 
 

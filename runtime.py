@@ -19,6 +19,9 @@ import torch.distributed as dist
 
 # ---- precision ----------------------------------------------------------------------------
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
 class Precision:
     """Autocast and gradient scaling for fp32, bf16 or fp16; fp16's small range needs the
     scaler (it multiplies the loss before backward and divides the gradients before the step)."""
@@ -29,6 +32,13 @@ class Precision:
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
         if device.type == "cuda" and name == "fp32":
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
+
+    def backward_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer):
+        """loss.backward(); optimizer.step(). In fp16 the loss is scaled up first and the
+        gradients scaled back before the step (a step whose gradients overflowed is skipped)."""
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
 
 
 def cpu_bf16_speedup() -> float:

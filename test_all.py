@@ -34,7 +34,7 @@ import runtime
 import prove
 import prune as prune_lib
 import train as train_lib
-import trainer
+import harness
 import visualize as viz
 import measures
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
@@ -450,8 +450,8 @@ def test_paper_convention_flops_within_one_percent(name):
 
 
 def test_fast_path_counts_fewer_flops_than_dense():
-    fast = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1))
-    dense = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1, layer=SelfAttention2d))
+    fast = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1, layer=FastSelfAttention2d))
+    dense = model_lib.counted_flops(model_lib.build_model("quadratic", layers=1))  # the paper's layer: the default
     attention_dense = 2 * 9 * 256 * 256 * 400  # the T x T product of one layer
     assert dense - fast > 0.8 * attention_dense
 
@@ -662,14 +662,14 @@ def test_presets_and_flags():
     assert (laptop.grid_start, laptop.center_std, laptop.min_alpha, laptop.overlap) == (False, 1.414, 0.0, 0.1)
     learned = train_lib.parse_config(["--preset", "laptop", "--encoding", "learned"])
     assert (learned.center_std, learned.overlap) == (2.0, 0.0)  # the defaults: they mean nothing to learned
-    assert train_lib.not_applied(learned) == {"width": 16, "center_std": 1.414, "overlap": 0.1}
+    assert learned.not_applied() == {"width": 16, "center_std": 1.414, "overlap": 0.1}
     with pytest.raises(ValueError, match=r"--min-alpha \(for quadratic only\) does not apply to gaussian"):
         train_lib.parse_config(["--preset", "tiny", "--encoding", "gaussian", "--min-alpha", "1"])
 
 
 def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trainer, "choose_precision", lambda device: ("bf16", "bf16: faked"))
-    train_lib.run(small_config(tmp_path / "a", precision="auto", epochs=1))
+    monkeypatch.setattr(harness, "choose_precision", lambda device: ("bf16", "bf16: faked"))
+    train_lib.main(small_config(tmp_path / "a", precision="auto", epochs=1))
     assert records.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["precision"] == "bf16"
     record = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
     assert record["precision"] == "bf16" and record["environment"]["precision"] == "bf16: faked"
@@ -691,7 +691,7 @@ def test_precision_is_what_the_hardware_computes_natively(monkeypatch, device, c
 
 
 def test_fp16_with_a_gradient_scaler_trains_and_checkpoints_the_scaler(tmp_path):
-    last = train_lib.run(small_config(tmp_path, precision="fp16", epochs=3, subset=600))
+    last = train_lib.main(small_config(tmp_path, precision="fp16", epochs=3, subset=600))
     saved = records.load_checkpoint(tmp_path / "run")[0]
     assert saved["scaler"]["scale"] > 0 and saved["scaler"]["_growth_tracker"] >= 0
     losses = [m["train_loss"] for m in saved["metrics"]]
@@ -699,10 +699,10 @@ def test_fp16_with_a_gradient_scaler_trains_and_checkpoints_the_scaler(tmp_path)
 
 
 def test_a_run_directory_is_never_overwritten_by_a_new_run(tmp_path):
-    train_lib.run(small_config(tmp_path, epochs=1))
+    train_lib.main(small_config(tmp_path, epochs=1))
     before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
     with pytest.raises(ValueError, match="holds a run: continue it with --resume"):
-        train_lib.run(small_config(tmp_path, epochs=1, lr=0.01))
+        train_lib.main(small_config(tmp_path, epochs=1, lr=0.01))
     assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
 
@@ -741,7 +741,7 @@ def final_weights(out):
 
 def test_end_to_end_attention_run_writes_everything(tmp_path):
     cfg = small_config(tmp_path, epochs=2)
-    last = train_lib.run(cfg)
+    last = train_lib.main(cfg)
     run = Path(cfg.out)
     assert {p.name for p in run.iterdir()} == {"config.json", "metrics.jsonl", "checkpoint.pt", "heads.jsonl"}
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -759,28 +759,28 @@ def test_end_to_end_attention_run_writes_everything(tmp_path):
 
 
 def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
-    last = train_lib.run(small_config(tmp_path, encoding="resnet18", width=8, subset=2000, epochs=3, lr=0.02))
+    last = train_lib.main(small_config(tmp_path, encoding="resnet18", width=8, subset=2000, epochs=3, lr=0.02))
     assert last["test_acc"] > 0.3  # chance is 0.1
 
 
 @pytest.mark.parametrize("precision, spread_hold", [("fp32", 0.0), ("bf16", 0.0), ("fp16", 0.0), ("fp32", 0.7)])
 def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, spread_hold):
     kw = dict(precision=precision, spread_hold=spread_hold)
-    train_lib.run(small_config(tmp_path / "a", **kw))
+    train_lib.main(small_config(tmp_path / "a", **kw))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
-    real_save = trainer.atomic_save
+    real_save = harness.atomic_save
 
     def killed_after_first_checkpoint(obj, path):
         real_save(obj, path)
         raise SystemExit("killed")  # as a SIGKILL right after epoch 1 was saved
 
-    monkeypatch.setattr(trainer, "atomic_save", killed_after_first_checkpoint)
+    monkeypatch.setattr(harness, "atomic_save", killed_after_first_checkpoint)
     with pytest.raises(SystemExit):
-        train_lib.run(small_config(tmp_path / "b", **kw))
-    monkeypatch.setattr(trainer, "atomic_save", real_save)
+        train_lib.main(small_config(tmp_path / "b", **kw))
+    monkeypatch.setattr(harness, "atomic_save", real_save)
     assert torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 1
-    train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    train_lib.main(train_lib.Config(resume=str(tmp_path / "b" / "run")))
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
@@ -789,7 +789,7 @@ def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision
 
 
 def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(tmp_path, monkeypatch):
-    train_lib.run(small_config(tmp_path / "a", log_every=2))
+    train_lib.main(small_config(tmp_path / "a", log_every=2))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
     real_epoch = data_lib.Batches.epoch
@@ -802,13 +802,13 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
 
     monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
     with pytest.raises(runtime.Stop):
-        train_lib.run(small_config(tmp_path / "b", log_every=2))
+        train_lib.main(small_config(tmp_path / "b", log_every=2))
     monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
     saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
     assert (saved["epoch"], saved["step"]) == (1, 3)
     with open(tmp_path / "b" / "run" / "steps.jsonl", "a") as f:  # a line past the save, as a crash would leave
         f.write(json.dumps({"step": 99}) + "\n")
-    train_lib.run(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    train_lib.main(train_lib.Config(resume=str(tmp_path / "b" / "run")))
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
@@ -883,27 +883,27 @@ def test_a_bad_flag_gets_one_line_and_no_run_folder(tmp_path, flags, message, mo
 
 
 def test_a_finished_run_resumed_says_so_and_trains_nothing(tmp_path, capsys):
-    train_lib.run(small_config(tmp_path, epochs=1))
+    train_lib.main(small_config(tmp_path, epochs=1))
     saved = (tmp_path / "run" / "checkpoint.pt").read_bytes()
     capsys.readouterr()
-    last = train_lib.run(train_lib.Config(resume=str(tmp_path / "run")))
+    last = train_lib.main(train_lib.Config(resume=str(tmp_path / "run")))
     assert "finished its 1 epoch (final test accuracy" in capsys.readouterr().out
     assert last["epoch"] == 1 and (tmp_path / "run" / "checkpoint.pt").read_bytes() == saved
 
 
 def test_ctrl_c_between_an_epochs_log_and_its_checkpoint_counts_that_epoch_once(tmp_path, monkeypatch):
-    real_append = trainer.append_jsonl
+    real_append = harness.append_jsonl
 
     def interrupted_after_logging(path, record):
         real_append(path, record)
         if path.name == "metrics.jsonl" and record["epoch"] == 1:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(trainer, "append_jsonl", interrupted_after_logging)
+    monkeypatch.setattr(harness, "append_jsonl", interrupted_after_logging)
     with pytest.raises(runtime.Stop):
-        train_lib.run(small_config(tmp_path))
-    monkeypatch.setattr(trainer, "append_jsonl", real_append)
-    train_lib.run(train_lib.Config(resume=str(tmp_path / "run")))
+        train_lib.main(small_config(tmp_path))
+    monkeypatch.setattr(harness, "append_jsonl", real_append)
+    train_lib.main(train_lib.Config(resume=str(tmp_path / "run")))
     checkpoint, _ = records.load_checkpoint(tmp_path / "run")
     assert [m["epoch"] for m in checkpoint["metrics"]] == [1, 2]
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -941,7 +941,7 @@ def test_a_file_that_is_no_checkpoint_gets_one_clear_line(tmp_path):
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
     with pytest.raises(runtime.TrainingError, match="training loss became"):
-        train_lib.run(small_config(tmp_path, lr=1e12, epochs=1))
+        train_lib.main(small_config(tmp_path, lr=1e12, epochs=1))
 
 
 @pytest.mark.slow
@@ -994,7 +994,7 @@ def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
     major = torch.cuda.get_device_capability()[0]
     assert precision == ("bf16" if major >= 8 else "fp16") and reason.startswith(precision)
     cfg = train_lib.Config(dataset="synthetic", subset=500, epochs=2, out=str(tmp_path / "run"), device="cuda")
-    last = train_lib.run(cfg)  # the paper's model and recipe, a few steps
+    last = train_lib.main(cfg)  # the paper's model and recipe, a few steps
     saved = records.load_checkpoint(tmp_path / "run")[0]
     assert saved["config"]["precision"] == precision and math.isfinite(last["train_loss"])
     assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
@@ -1017,7 +1017,7 @@ def test_two_gpu_nccl_run_keeps_identical_weights(tmp_path):
 @pytest.fixture(scope="module")
 def gaussian_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gauss") / "run"
-    train_lib.run(small_config(out.parent, encoding="gaussian", layers=2, heads=4, epochs=1, out=str(out)))
+    train_lib.main(small_config(out.parent, encoding="gaussian", layers=2, heads=4, epochs=1, out=str(out)))
     return out
 
 
@@ -1069,7 +1069,7 @@ def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_pat
     assert json.loads((out / "kept_heads.json").read_text()) == {"layers": [[0, 1, 3], [0, 1, 2, 3]]}
     figures = viz.visualize(viz.Config(run=str(out), out=str(tmp_path / "figs")))
     assert any(p.name == "fig5_attention_maps.png" for p in figures)
-    last = train_lib.run(train_lib.Config(resume=str(out)))  # fine-tuning through train.py
+    last = train_lib.main(train_lib.Config(resume=str(out)))  # fine-tuning through train.py
     assert last["epoch"] == saved["config"]["epochs"]
     with pytest.raises(ValueError, match="holds an earlier pruned run; remove it or choose another --out"):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, out=str(out)))
@@ -1080,7 +1080,7 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
         (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "x.pt")))
     learned = small_config(tmp_path, encoding="learned", epochs=1)
-    train_lib.run(learned)
+    train_lib.main(learned)
     with pytest.raises(ValueError, match="learned model: it has no Gaussian heads"):
         prune_lib.prune(prune_lib.Config(checkpoint=learned.out))
     checkpoint, _ = records.load_checkpoint(gaussian_run)
@@ -1181,7 +1181,7 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
 
 def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
     cfg = small_config(tmp_path, epochs=1)
-    train_lib.run(cfg)
+    train_lib.main(cfg)
     torch.manual_seed(cfg.seed)
     start = measures.layer_measures(model_lib.model_from_config(dataclasses.asdict(cfg)))[0]
     found = compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
@@ -1252,8 +1252,8 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
-        "locality_3x3", "locality_5x5", "coverage", "one_pixel", "ring", "sides", "inside_5x5", "overlap",
-        "travel", "travel_mean", "travel_max", "travelled"}
+        "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
+        "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
@@ -1262,14 +1262,14 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
 
 def test_fig5_for_a_content_model(tmp_path):
     cfg = small_config(tmp_path, encoding="learned", content=True, epochs=1)
-    train_lib.run(cfg)
+    train_lib.main(cfg)
     written = viz.visualize(viz.Config(run=cfg.out, out=str(tmp_path / "figs")))
     assert any(p.name == "fig5_attention_maps.png" and not_blank(p) for p in written)
 
 
 def test_a_learned_run_records_central_maps_and_visualize_draws_its_figures(tmp_path):
     cfg = small_config(tmp_path, encoding="learned", epochs=1)
-    train_lib.run(cfg)
+    train_lib.main(cfg)
     snapshots = [json.loads(l) for l in (Path(cfg.out) / "heads.jsonl").read_text().splitlines()]
     assert [s["epoch"] for s in snapshots] == [0, 1]
     maps = torch.tensor(snapshots[-1]["layers"][0]["central"])  # [heads, 16, 16]
