@@ -1,14 +1,20 @@
 """Multi-head self-attention over a pixel grid with relative positional encodings.
 
-Paper sections 2-3 (eqs. 1-15), A.1 (eq. 16) and 4.3. Run `python attention.py` for a
-one-screen demo of every encoding.
+Paper sections 2-3 (eqs. 1-15), A.1 (eq. 16) and 4.3. `python attention.py` runs every
+encoding through the paper's layer and the fast one and prints their largest difference:
+float32 round-off, 0 to 4e-7.
 
 Conventions, used in every file of this project:
 - Tokens are the pixels of an H x W grid in row-major order (T = H * W); a layer maps
   `[B, H, W, D]` to `[B, H, W, D_out]`.
 - A shift is `delta = key - query` as (row, col): a head centred at `Delta = (0, 1)` attends
-  to the pixel right of the query. The paper writes `q - k` in Lemma 1 and `k - q` in A.1
-  and 4.3; we use `k - q` everywhere.
+  to the pixel right of the query. The paper writes `q - k` in eq. 8, Lemma 1 and Lemma 2
+  (with eq. 9, the encoding `Quadratic` implements) and `k - q` in section 4.3 and A.1; we
+  use `k - q` everywhere (a head's Delta flips sign, nothing else changes).
+- N(mu, S) is a normal distribution with covariance S, so the paper's N(0, 2I) draws each
+  coordinate with standard deviation sqrt(2) = 1.41. The authors' code draws the centers with
+  standard deviation 2 and perturbs the widths with standard deviation 0.01; both are this
+  project's defaults (`center_std=2.0`; `--center-std 1.414` is the paper's N(0, 2I)).
 - Probabilities are `P[h, q, k]` (heads x queries x keys). Logits depend on positions only,
   unless `content=True` adds the data term of eq. 8.
 
@@ -52,8 +58,8 @@ class Quadratic(nn.Module):
     """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head.
 
     alpha = min_alpha + sqrt_2alpha^2 / 2, positive by construction (the authors' code: alpha =
-    s^2 / 2, s ~ N(1, 0.01), so alpha starts near 0.5). `min_alpha` (default 0, a buffer saved
-    with the weights) is a floor of ours: a head cannot widen past it."""
+    s^2 / 2, s = 1 + 0.01 N(0, 1), so alpha starts near 0.5). `min_alpha` (default 0, a buffer
+    saved with the weights) is a floor of ours: a head cannot widen past it."""
 
     separable = True  # the logits are a row term plus a column term
     undecayed = ("centers", "sqrt_2alpha")  # the authors' code: no weight decay on centers and widths
@@ -93,8 +99,8 @@ class Gaussian(nn.Module):
 
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
-        self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)
-        self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S
+        self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)  # Delta ~ N(0, center_std^2 I)
+        self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S = I + 0.01 N(0, I): the authors' code
 
     @property
     def inv_cov(self) -> torch.Tensor:  # Sigma^-1, positive semi-definite by construction
@@ -107,9 +113,11 @@ class Gaussian(nn.Module):
 
 
 class RowColumn(nn.Module):
-    """Section 4.3: logit = u_h . r_row[delta_row] + w_h . r_col[delta_col], with tables over
-    the shifts -(n-1)..n-1 of each axis. Learned tables (`learned`) or fixed sinusoids of the
-    shift (`sinusoidal`, a suggestion of the paper's reviewers). Each table is `dim` wide, as in
+    """Section 4.3: logit = v_row . r_row[delta_row] + v_col . r_col[delta_col], eq. 8's last
+    term v^T r_delta with r_delta the row and column entries concatenated (v_row, v_col: the
+    halves of each head's v), over tables of the shifts -(n-1)..n-1 of each axis. Learned
+    tables (`learned`) or fixed sinusoids of the shift (`sinusoidal`, a suggestion of the
+    paper's reviewer). Each table is `dim` wide, as in
     the authors' code (Table 1's 12.3M parameters); section 4.3 writes floor(D_p / 2) each."""
 
     separable = True
@@ -125,8 +133,8 @@ class RowColumn(nn.Module):
             self.register_buffer("r_row", self.sinusoids(grid[0], dim), persistent=False)
             self.register_buffer("r_col", self.sinusoids(grid[1], dim), persistent=False)
         bound = 1 / math.sqrt(dim)  # as a bias-free nn.Linear(dim, heads) initializes its weight
-        self.u = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))
-        self.w = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))
+        self.v_row = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))  # each head's v: its row half
+        self.v_col = nn.Parameter(torch.empty(heads, dim).uniform_(-bound, bound))  # and its column half
 
     @staticmethod
     def sinusoids(n: int, dim: int) -> torch.Tensor:
@@ -137,7 +145,7 @@ class RowColumn(nn.Module):
         return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]
 
     def axis_logits(self, delta, axis):
-        table = (self.r_row, self.r_col)[axis] @ (self.u, self.w)[axis].T  # [2n-1, heads]
+        table = (self.r_row, self.r_col)[axis] @ (self.v_row, self.v_col)[axis].T  # [2n-1, heads]
         index = delta.long() + self.grid[axis] - 1
         return table[index].movedim(-1, 0)
 
@@ -146,7 +154,7 @@ class RowColumn(nn.Module):
 
 
 class ShiftMLP(nn.Module):
-    """Beyond the paper (a question of its reviewers): logits are a learned smooth function of the
+    """Beyond the paper (a question of its reviewer): logits are a learned smooth function of the
     shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
     enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
     to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
@@ -214,8 +222,9 @@ class SelfAttention2d(nn.Module):
         """Eq. 12: MHSA(X) = concat_h [P_h X] W_out + b_out, each head's W_val folded into W_out (eq. 11)."""
         B, H, W, D = self._check_input(x).shape
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
-        heads_out = torch.einsum("hqk,bkd->bqhd" if P.dim() == 3 else "bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))
-        return self.W_out(heads_out.reshape(B, H, W, -1))  # [B, T, heads, D] -> concat_h -> W_out
+        P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T]: position-only heads are the same for every image
+        heads_out = torch.einsum("bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))  # [B, T, heads, D]: P_h X
+        return self.W_out(heads_out.reshape(B, H, W, -1))  # concat_h over the last axis, then W_out: [B, H, W, out_dim]
 
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
         """P = softmax over keys of the logits (eq. 6): P [heads, T, T], or with content=True
@@ -224,20 +233,20 @@ class SelfAttention2d(nn.Module):
         if self.content:
             if x is None:
                 raise ValueError("content=True: attention_probs needs the input x")
-            logits = logits + self.content_logits(self._check_input(x).flatten(1, 2))
-        return logits.softmax(-1)
+            logits = logits + self.content_logits(self._check_input(x).flatten(1, 2))  # [B, heads, T, T]
+        return logits.softmax(-1)  # each query's row sums to 1
 
     def position_logits(self) -> torch.Tensor:
         """Eqs. 9, 15, 16 or section 4.3 at every (query, key) pair's shift: [heads, T, T]."""
         H, W = self.grid
-        return self.encoding.logits(pairwise_shifts(H, W).to(self.W_out.weight))
+        return self.encoding.logits(pairwise_shifts(H, W).to(self.W_out.weight))  # [T, T, 2] -> [heads, T, T]
 
     def content_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Eq. 8, first term. x [B, T, dim] -> [B, heads, T, T]."""
         B, T, _ = x.shape
-        q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
-        k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)
-        return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)
+        q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)  # [B, heads, T, D_k]
+        k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)  # [B, heads, T, D_k]
+        return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)  # [B, heads, T, T]
 
     @staticmethod
     def _check_grid(grid):
@@ -311,9 +320,9 @@ class FastSelfAttention2d(SelfAttention2d):
 
     def position_logits(self):  # [heads, T, T], gathered from the encoding of each distinct shift
         H, W = self.grid
-        like = self.W_out.weight
-        table = self.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
-        r, c = torch.arange(H, device=like.device), torch.arange(W, device=like.device)
+        weight = self.W_out.weight  # for the device and dtype
+        table = self.encoding.logits(shift_table(H, W).to(weight))  # [heads, 2H-1, 2W-1]
+        r, c = torch.arange(H, device=weight.device), torch.arange(W, device=weight.device)
         rows = (r[None, :] - r[:, None] + H - 1)[:, None, :, None]  # row of key - query in table
         cols = (c[None, :] - c[:, None] + W - 1)[None, :, None, :]
         index = (rows * (2 * W - 1) + cols).reshape(H * W, H * W)  # [T, T]

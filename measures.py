@@ -1,5 +1,7 @@
 """How convolution-like a trained attention layer is, and how far its heads travelled.
 
+Every measure here is ours: the paper shows its heads in figures and counts nothing.
+
     from measures import measures, travel
     measures(layer)   # {"locality_3x3": 0.81, "one_pixel": 7, "ring": 5, "sides": 4, ...}
 
@@ -46,8 +48,8 @@ def locality(layer: SelfAttention2d, size: int) -> float:
     layer gives the window's share of the grid.
     """
     p = central_probs(layer).double()  # [heads, H, W]
-    W_h = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)
-    energy = torch.einsum("hab,hg,gab->ab", p, W_h @ W_h.T, p)  # [H, W]
+    maps = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)  # W^(h)
+    energy = torch.einsum("hab,hg,gab->ab", p, maps @ maps.T, p)  # [H, W]
     H, W = layer.grid
     r, c = H // 2 - size // 2, W // 2 - size // 2
     return (energy[max(r, 0):r + size, max(c, 0):c + size].sum() / energy.sum()).item()

@@ -2,6 +2,11 @@
 
     python prove.py [--out DIR]     # seconds on a CPU; the figure goes to runs/prove
 
+What it prints: the largest |MHSA(X) - conv2d(X)| in float64 falls from 0.1-2 at alpha 0.5
+to 1e-4 at alpha 10 and to float64 round-off (2e-16 to 1e-15) from alpha 40 on; the converse
+holds to 1e-16 for every encoding; the learnability demo's heads end 0.3-0.7 px from 8 of
+the 9 shifts.
+
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
 layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9) with
 width alpha, and its value map W^(h) is the kernel slice at that shift (eq. 11). As alpha
@@ -18,7 +23,10 @@ how close a trained layer is to Lemma 1's construction.
 
 Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, where
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
-move onto the 3 x 3 grid of shifts.
+move toward the 3 x 3 grid of shifts (ours, not the paper's: `python prove.py` prints how
+close each ends; in 1,000 steps they stop a third to two thirds of a pixel short).
+
+Ours too: the converse below and every measure built on it (measures.py).
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,13 +112,13 @@ class AttentionAsConv(nn.Module):
         super().__init__()
         if layer.content:
             raise ValueError("content=True: the probabilities depend on the image, not a convolution")
-        (H, W), heads, like = layer.grid, layer.heads, layer.W_out.weight.detach()
+        (H, W), heads, weight = layer.grid, layer.heads, layer.W_out.weight.detach()
         with torch.no_grad():
-            f = layer.encoding.logits(shift_table(H, W).to(like))  # [heads, 2H-1, 2W-1]
+            f = layer.encoding.logits(shift_table(H, W).to(weight))  # [heads, 2H-1, 2W-1]
         kernel = (f - f.amax((1, 2), keepdim=True)).exp()
-        W_h = like.view(-1, heads, layer.dim)  # [D_out, heads, D]: W^(h) = W_h[:, h].T
+        maps = weight.view(-1, heads, layer.dim)  # [D_out, heads, D]: W^(h) = maps[:, h].T
         self.padding = (H - 1, W - 1)
-        self.register_buffer("K", torch.einsum("hab,ohd->hodab", kernel, W_h).flatten(0, 1))  # [heads*D_out, D, 2H-1, 2W-1]
+        self.register_buffer("K", torch.einsum("hab,ohd->hodab", kernel, maps).flatten(0, 1))  # [heads*D_out, D, 2H-1, 2W-1]
         self.register_buffer("exp_f", kernel[:, None])  # [heads, 1, 2H-1, 2W-1]
         self.register_buffer("bias", layer.W_out.bias.detach().clone())
 

@@ -145,13 +145,13 @@ def test_probabilities_are_position_only_and_shift_equivariant():
 def test_learned_layer_parameters_match_section_4_3():
     layer = SelfAttention2d(400, 9, (16, 16), "learned")
     sizes = {n: tuple(p.shape) for n, p in layer.encoding.named_parameters()}
-    assert sizes == {"r_row": (31, 400), "r_col": (31, 400), "u": (9, 400), "w": (9, 400)}
+    assert sizes == {"r_row": (31, 400), "r_col": (31, 400), "v_row": (9, 400), "v_col": (9, 400)}
 
 
 def test_sinusoidal_tables_are_fixed():
     layer = SelfAttention2d(8, 2, (3, 3), "sinusoidal")
     names = {n for n, _ in layer.named_parameters()}
-    assert "encoding.r_row" not in names and "encoding.u" in names
+    assert "encoding.r_row" not in names and "encoding.v_row" in names
     table = layer.encoding.r_row  # shifts -2..2, dim 8: sin then cos of shift * 10000^(-2i/8)
     torch.testing.assert_close(table[3, 0], torch.tensor(math.sin(1.0)))
     torch.testing.assert_close(table[3, 4], torch.tensor(math.cos(1.0)))

@@ -38,7 +38,7 @@ class Config:
     lr: float = option(0.1, "peak learning rate of SGD")
     momentum: float = option(0.9, "SGD momentum")
     weight_decay: float = option(1e-4, "SGD weight decay (the authors' code: none on Gaussian centers and spreads)")
-    warmup: float = option(0.05, "fraction of steps of linear warm-up (A.4: warm-up; this fraction: the authors' code)")
+    warmup: float = option(0.05, "fraction of the steps of linear warm-up (A.4's ratio), then cosine decay")
     dropout: float = option(0.1, "dropout probability")
     # the model of section 4.1
     encoding: str = option("quadratic", "a SelfAttentionNet encoding, or resnet18", choices=MODELS)
