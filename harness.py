@@ -168,6 +168,9 @@ class Run:
         print(f"{self.cfg.encoding} on {self.cfg.dataset} ({self.train_images} train / {self.test_images} test images), "
               f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
               f", {self.reason}, {self.world} process(es) -> {self.out}", flush=True)
+        print("SGD groups: " + "; ".join(f"{sum(p.numel() for p in g['params']):,} parameters at lr {g['initial_lr']:g}, "
+                                         f"weight decay {g['weight_decay']:g}" + (" (the spreads)" if g["spread"] else "")
+                                         for g in self.optimizer.param_groups), flush=True)
 
     def steps(self, batches: data_lib.Batches):
         """This epoch's training batches, from where a resumed run stopped. Between two steps,
