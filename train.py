@@ -11,8 +11,9 @@ Read `main` beside A.4: data -> model -> optimizer -> schedule -> for each epoch
 epoch's accuracy is the result. What a long run needs besides (device and precision,
 checkpoints, resume, logs, stop signals, several processes) is harness.py's `Run`: the
 lines that name `run` can be skipped on first reading. The presets and the command line
-close this file. What to expect: `--preset tiny` reaches about 0.4 test accuracy on
-CIFAR-10 in a few minutes on a 2-core CPU; the laptop preset's numbers are in README section 7.
+close this file. What to expect: `--preset tiny` (2 layers, 20,000 images, 5 epochs) ended at
+0.449 test accuracy on CIFAR-10 (JPEG q75 copy) in 9 minutes on a 2-core CPU in fp32
+(RESULTS.md); the laptop preset's numbers are in README section 7.
 """
 import math
 import sys
