@@ -172,13 +172,14 @@ class Run:
                                          f"weight decay {g['weight_decay']:g}" + (" (the spreads)" if g["spread"] else "")
                                          for g in self.optimizer.param_groups), flush=True)
 
-    def steps(self, batches: data_lib.Batches):
-        """This epoch's training batches, from where a resumed run stopped. Between two steps,
+    def steps(self, batches: data_lib.Batches, epoch: int):
+        """The epoch's training batches, from where a resumed run stopped. Between two steps,
         the step's bookkeeping (count, progress, a finite loss, steps.jsonl); before a batch, a
         stop request answered with a checkpoint at this boundary."""
+        assert epoch == self.epoch, f"epoch {epoch} asked, the run stands at epoch {self.epoch}"
         self.epoch_started = time.time() - self.seconds
         step_started = None
-        for batch in batches.epoch(self.epoch, self.step):
+        for batch in batches.epoch(epoch, self.step):
             if step_started is not None:
                 self.after_step(time.time() - step_started)
             signum = self.signals.requested()

@@ -168,9 +168,10 @@ def main(cfg: Config, model=None) -> dict:
         cfg = run.cfg
         train_set, test_set = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
         train_set = data_lib.training_subset(train_set, cfg.subset, cfg.seed)
-        mean, std = data_lib.channel_stats(train_set.images)  # inputs normalized by the training images' statistics
-        train_batches = run.batches(train_set, cfg.batch_size, mean, std, train=True)  # random 32x32 crops of the
-        test_batches = run.batches(test_set, cfg.eval_batch_size, mean, std, train=False)  # 4-px padded image, flips
+        mean, std = data_lib.channel_stats(train_set.images)  # every input normalized by these
+        # training batches shuffled, then random crops of the 4-px padded image and flips (the authors' code)
+        train_batches = run.batches(train_set, cfg.batch_size, mean, std, train=True)
+        test_batches = run.batches(test_set, cfg.eval_batch_size, mean, std, train=False)
         torch.manual_seed(cfg.seed)  # the one seed: initialization and dropout (the data's randomness is keyed by it)
         model = (model or model_from_config(asdict(cfg), FastSelfAttention2d)).to(run.device)
         optimizer = make_optimizer(model, cfg)
@@ -178,7 +179,8 @@ def main(cfg: Config, model=None) -> dict:
         loss_fn = make_loss(model, cfg)
         net = run.start(model, optimizer, schedule, len(train_batches))  # restored; in the run's precision
         for epoch in range(run.epoch, cfg.epochs):
-            train_sums = train_epoch(net, run.steps(train_batches), loss_fn, optimizer, schedule, run.precision, run.sums)
+            batches = run.steps(train_batches, epoch)  # the epoch's batches, from where a stopped run stopped
+            train_sums = train_epoch(net, batches, loss_fn, optimizer, schedule, run.precision, run.sums)
             test_sums = evaluate(net, test_batches.epoch(0))
             run.end_epoch(train_sums, test_sums)  # metrics.jsonl, heads.jsonl, a checkpoint
         return run.finish()
