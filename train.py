@@ -84,7 +84,8 @@ class Config:
 
 
 def make_optimizer(model, cfg: Config) -> torch.optim.SGD:
-    """A.4's SGD with momentum. One rule splits the parameters: a Gaussian head's center and
+    """SGD with A.4's momentum and weight decay (A.4 lists the settings, the authors' code uses
+    torch's SGD). One rule splits the parameters: a Gaussian head's center and
     spread (quadratic, gaussian: the encoding's `undecayed`) take no weight decay, as in the
     authors' code; every other parameter does. Ours: with --position-lr every positional
     parameter takes that multiple of the learning rate, and the spreads are a group of their
@@ -122,7 +123,7 @@ def make_schedule(optimizer, total_steps: int, cfg: Config) -> torch.optim.lr_sc
 
 
 def make_loss(model, cfg: Config):
-    """Cross-entropy (A.4). Ours, with --overlap: plus that weight times the heads' overlap
+    """Cross-entropy, the classification loss. Ours, with --overlap: plus that weight times the heads' overlap
     summed over the layers (measures.head_overlap), so that heads attending alike pay for it."""
     if not cfg.overlap:
         return F.cross_entropy
