@@ -47,7 +47,10 @@ NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", 
 LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
 MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)
-CURVES = ("one_pixel_heads", "one_pixel", "sides", "inside_3x3", "inside_5x5", "mass_3x3", "mass_5x5", "distance")
+CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of one-pixel heads",
+          "sides": "sides of the query holding one", "inside_3x3": "those pixels in the 3x3 window",
+          "inside_5x5": "those pixels in the 5x5 window", "mass_3x3": "probability in the 3x3 window",
+          "mass_5x5": "probability in the 5x5 window", "distance": "centers' distance from the query, px"}
 
 
 @dataclass
@@ -328,6 +331,7 @@ def steps_figure(groups: dict, layer: int, out: Path) -> Path:
     if not names:
         raise ValueError("no run has steps.jsonl (train.py --log-every)")
     fig, axes = plt.subplots(2, 4, figsize=(14, 5.8), sharex=True)
+    fig.suptitle("central query; mean over seeds, min-max band; step 0 is the start", fontsize=9)
     for key, label in names.items():
         members = groups[key]
         steps = sorted(set.intersection(*(set(r["steps"]) for r in members)))
@@ -337,7 +341,7 @@ def steps_figure(groups: dict, layer: int, out: Path) -> Path:
                             label=f"{label} ({len(members)} seeds)")
             ax.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
     for ax, name in zip(axes.flat, CURVES):
-        ax.set_title(f"layer {layer}: {name}", fontsize=9)
+        ax.set_title(f"layer {layer}: {CURVES[name]}", fontsize=9)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("step")
