@@ -659,10 +659,11 @@ def test_presets_and_flags():
     assert (paper.spread_hold, paper.center_std, paper.grid_start, paper.min_alpha) == (0.0, 2.0, False, 0.0)
     laptop = train_lib.parse_config(["--preset", "laptop", "--position-lr", "1"])
     assert (laptop.subset, laptop.epochs, laptop.layers, laptop.position_lr, laptop.lr) == (0, 3, 2, 1.0, 0.05)
-    assert (laptop.grid_start, laptop.center_std, laptop.min_alpha, laptop.overlap) == (False, 1.414, 0.0, 0.1)
+    assert (laptop.grid_start, laptop.center_std, laptop.min_alpha, laptop.overlap) == (False, 1.414, 0.0, 0.0)
+    assert laptop.log_every == 100
     learned = train_lib.parse_config(["--preset", "laptop", "--encoding", "learned"])
     assert (learned.center_std, learned.overlap) == (2.0, 0.0)  # the defaults: they mean nothing to learned
-    assert learned.not_applied() == {"width": 16, "center_std": 1.414, "overlap": 0.1}
+    assert learned.not_applied() == {"width": 16, "center_std": 1.414}
     with pytest.raises(ValueError, match=r"--min-alpha \(for quadratic only\) does not apply to gaussian"):
         train_lib.parse_config(["--preset", "tiny", "--encoding", "gaussian", "--min-alpha", "1"])
 
