@@ -326,7 +326,8 @@ def curves_figure(groups: dict, out: Path) -> Path:
 
 def steps_figure(groups: dict, layer: int, out: Path) -> Path:
     """Fig. 2 by training: `layer`'s CURVES measures against steps (steps.jsonl), each
-    experiment's mean over its seeds, with the min-max band, at the steps every seed logged."""
+    experiment's mean over its seeds, with the min-max band; a run stopped early (to be
+    resumed) counts up to its last step, and the legend says how far it got."""
     names = {key: label for key, label in labels(groups).items() if all(r["steps"] for r in groups[key])}
     if not names:
         raise ValueError("no run has steps.jsonl (train.py --log-every)")
@@ -334,11 +335,13 @@ def steps_figure(groups: dict, layer: int, out: Path) -> Path:
     fig.suptitle("central query; mean over seeds, min-max band; step 0 is the start", fontsize=9)
     for key, label in names.items():
         members = groups[key]
-        steps = sorted(set.intersection(*(set(r["steps"]) for r in members)))
+        steps = sorted(set.union(*(set(r["steps"]) for r in members)))
+        ends = sorted({max(r["steps"]) for r in members})
+        short = f"; the shortest to step {ends[0]:,}" if len(ends) > 1 else ""
         for ax, name in zip(axes.flat, CURVES):
-            columns = [[r["steps"][s][layer - 1].get(name, math.nan) for r in members] for s in steps]
+            columns = [[r["steps"][s][layer - 1].get(name, math.nan) for r in members if s in r["steps"]] for s in steps]
             line, = ax.plot(steps, [statistics.fmean(c) for c in columns], lw=1.2,
-                            label=f"{label} ({len(members)} seeds)")
+                            label=f"{label} ({len(members)} seeds{short})")
             ax.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
     for ax, name in zip(axes.flat, CURVES):
         ax.set_title(f"layer {layer}: {CURVES[name]}", fontsize=9)
