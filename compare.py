@@ -429,9 +429,9 @@ def main():
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
             runs = [r for g in groups.values() for r in g]
-            for figure in (steps_figure, grids_figure, maps_figure):
+            for figure, of in ((steps_figure, groups), (grids_figure, runs), (maps_figure, runs)):
                 try:
-                    print(f"wrote {figure(runs, cfg.layer, Path(cfg.out))}")
+                    print(f"wrote {figure(of, cfg.layer, Path(cfg.out))}")
                 except ValueError as e:
                     print(f"no {figure.__name__}: {e}")
     except (FileNotFoundError, ValueError) as e:

@@ -1153,7 +1153,7 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     assert "layer 1 ring: not every run has ring for layer 1" in text
 
 
-def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path):
+def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
     # Three seeds whose layer-1 mass_5x5 rises from step 0 by 0.1, 0.2 and 0.3: a mean change
     # of 0.2 with sample std 0.1, so Student's 95% interval is 0.2 -+ t_{0.975, 2} 0.1 / sqrt(3),
     # t_{0.975, 2} = 4.302653 (a t table).
@@ -1176,6 +1176,10 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
     with pytest.raises(ValueError, match="logged no step 300"):
         compare.values(runs, "mass_5x5", 1, 300)
     assert not_blank(compare.steps_figure(groups, 1, tmp_path))
+    monkeypatch.setattr(sys, "argv", ["compare.py", *(str(r["path"]) for r in runs), "--at", "0", "200",
+                                      "--out", str(tmp_path / "cli")])
+    compare.main()  # the command line draws the same figure
+    assert not_blank(tmp_path / "cli" / "steps_layer1.png")
     with pytest.raises(ValueError, match="no run has steps.jsonl"):
         compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
 
