@@ -78,7 +78,7 @@ class Run:
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
-        self.out = Path(self.cfg.out or f"runs/{self.cfg.encoding}-{self.cfg.preset}")
+        self.out = run_directory(self.cfg)
         self.precision = Precision(self.cfg.precision, self.device)
         self.sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # this epoch: loss sum, correct, seen
         self.signals = StopSignal(self.device, self.world, self.writer).__enter__()
@@ -260,6 +260,10 @@ class Run:
         return last
 
 
+def run_directory(cfg) -> Path:
+    return Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
+
+
 def settle(cfg, device, world: int) -> tuple:
     """The run's final config (a resumed run's own, precision decided), checkpoint (or None)
     and why it computes in that precision."""
@@ -272,7 +276,7 @@ def settle(cfg, device, world: int) -> tuple:
             raise ValueError(f"{path.parent} trained its positions with Adam, which train.py no longer offers")
         cfg = type(cfg)(**(config | dict(resume=cfg.resume, device=cfg.device, out=str(path.parent))))
         return cfg, checkpoint, f"{cfg.precision}: as the run started"
-    out = Path(cfg.out or f"runs/{cfg.encoding}-{cfg.preset}")
+    out = run_directory(cfg)
     if (out / "checkpoint.pt").exists() or (out / "metrics.jsonl").exists():
         raise ValueError(f"{out} holds a run: continue it with --resume {out}, or choose another --out")
     if cfg.batch_size % world:
