@@ -43,7 +43,7 @@ from records import head_snapshot
 from train import Config as TrainConfig
 from train import applies
 
-NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "log_every"}
+NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "earlier_parts", "log_every"}
 LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
 MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)

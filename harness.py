@@ -157,6 +157,12 @@ class Run:
         data = data_lib.identity(self.cfg.dataset, self.cfg.data_dir, self.cfg.seed)  # what the run read
         record = asdict(self.cfg) | {"not_applied": self.cfg.not_applied(), "data": data,
                                      "environment": environment(self.device) | {"precision": self.reason}}
+        if self.global_step:  # resumed: what computed each earlier part, with the step it stopped at
+            before = json.loads((self.out / "config.json").read_text())
+            parts = before.get("earlier_parts", [])
+            if not parts or parts[-1]["until_step"] < self.global_step:  # a part that made no step is left out
+                parts = parts + [before["environment"] | {"until_step": self.global_step}]
+            record["earlier_parts"] = parts
         (self.out / "config.json").write_text(json.dumps(record, indent=1))
         keep_lines(self.out / "metrics.jsonl", self.epoch)
         keep_lines(self.out / "heads.jsonl", self.epoch)

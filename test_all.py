@@ -804,6 +804,9 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
     monkeypatch.setattr(data_lib.Batches, "epoch", interrupted)
     with pytest.raises(runtime.Stop):
         train_lib.main(small_config(tmp_path / "b", log_every=2))
+    first_part = json.loads((tmp_path / "b" / "run" / "config.json").read_text())["environment"]
+    with pytest.raises(runtime.Stop):  # resumed and stopped again before its first step
+        train_lib.main(train_lib.Config(resume=str(tmp_path / "b" / "run")))
     monkeypatch.setattr(data_lib.Batches, "epoch", real_epoch)
     saved = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)
     assert (saved["epoch"], saved["step"]) == (1, 3)
@@ -816,6 +819,8 @@ def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(
     assert len(records.load_checkpoint(tmp_path / "b" / "run")[0]["metrics"]) == 2
     steps = [(tmp_path / run / "run" / "steps.jsonl").read_text() for run in "ab"]  # 6 batches an epoch
     assert steps[0] == steps[1] and [json.loads(l)["step"] for l in steps[0].splitlines()] == [0, 2, 4, 6, 8, 10, 12]
+    config = json.loads((tmp_path / "b" / "run" / "config.json").read_text())
+    assert config["earlier_parts"] == [first_part | {"until_step": 9}]  # the part with no step is left out
 
 
 TRAIN_FLAGS = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "32", "--heads", "4",
