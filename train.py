@@ -201,7 +201,8 @@ PRESETS = {
     # every 100 steps. Ours: lr 0.05, since at A.4's 0.1 this small model's training loss
     # climbed; positional parameters at 10x the learning rate (their gradients are tiny next to
     # the value weights'). The grid forms over 3,000-5,000 steps: README section 6's long run
-    # adds --lr 0.02 --epochs 30 (at 0.05 for 15,000 steps the training loss climbed).
+    # adds --lr 0.02 --epochs 30 (at 0.05 for 15,000 steps the training loss climbed); with the
+    # paper's --layers 6, layer 1 stays local (3x the time a step).
     "laptop": dict(layers=2, dim=64, ffn_dim=128, width=16, epochs=3, lr=0.05, position_lr=10.0,
                    attention_dropout=0.0, center_std=1.414, log_every=100),
 }
