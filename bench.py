@@ -19,6 +19,9 @@
    autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) and the
    paper's 6-block model at batch 16 (attention dropout off: the factorized path), and
    ResNet18.
+3. Subnormals (CPU): the fast quadratic layer with subnormal floats computed against flushed
+   to zero, in one thread. Its probabilities exp(-alpha d^2) underflow through the subnormal
+   range; Intel cores compute those through slow microcode, so every script flushes them.
 
 Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
@@ -37,7 +40,7 @@ from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 from flags import option, parse_flags
 from model import build_model, counted_flops
 from records import environment
-from runtime import keep_freed_memory
+from runtime import fast_cpu_process
 
 
 @dataclass
@@ -135,6 +138,31 @@ def bench_layers(device, cfg: Config) -> list:
     return rows
 
 
+def bench_subnormals(device, cfg: Config) -> list:
+    """The fast quadratic layer at the paper's size with subnormal floats computed and with
+    them flushed to zero (runtime.flush_subnormals), interleaved in one thread: the flag is a
+    thread's own, and a worker thread keeps the one it started with."""
+    if device.type != "cpu":
+        return []
+    batch, dim, grid = (4, 64, (8, 8)) if cfg.quick else (16, 400, (16, 16))
+    torch.manual_seed(0)
+    step, _ = layer_step(FastSelfAttention2d(dim, 9, grid, "quadratic"), torch.randn(batch, *grid, dim))
+
+    def computed():
+        torch.set_flush_denormal(False)
+        step()
+        torch.set_flush_denormal(True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        s = measure(dict(computed=computed, flushed=step), device, cfg.repeats)
+    finally:
+        torch.set_num_threads(threads)
+    return [dict(device=str(device), kind="subnormals", name="quadratic", batch=batch, computed_s=s["computed"],
+                 flushed_s=s["flushed"], speedup=s["computed"] / s["flushed"])]
+
+
 def model_sizes(quick: bool) -> list:
     """(row name, build_model name, overrides, batch) of every model row."""
     tiny = dict(layers=1, dim=16, ffn_dim=16, heads=4) if quick else dict(layers=2, dim=64, ffn_dim=128)
@@ -208,6 +236,10 @@ def print_tables(rows: list, hardware: dict):
                       f"{r['dense_bytes'] / 2**20:>10.0f}{r['fast_bytes'] / 2**20:>10.0f}{r['floor_multiple']:>9.2f}x")
             else:
                 print(f"{r['name']:<26}{'':>10}{r['fast_s'] * 1e3:>10.1f}{'':>10}{'':>10}{r['fast_bytes'] / 2**20:>10.0f}{1:>9.2f}x")
+        for r in (r for r in rows if r["device"] == device and r["kind"] == "subnormals"):
+            print(f"\nSubnormals on {device} ({hardware[device]}), the fast {r['name']} layer in one thread, batch "
+                  f"{r['batch']}: computed {r['computed_s'] * 1e3:.1f} ms, flushed to zero {r['flushed_s'] * 1e3:.1f} ms "
+                  f"({r['speedup']:.2f}x); every script flushes them")
         models = [r for r in rows if r["device"] == device and r["kind"] == "model"]
         print(f"\nTraining step on {device} (compiled: {models[0]['compiled']}); utilization = model FLOP/s "
               "over the peak of the precision, the matrix product timed beside the row (GFLOP/s)")
@@ -219,12 +251,12 @@ def print_tables(rows: list, hardware: dict):
 
 
 def main():
+    fast_cpu_process()  # as train.py does, before any parallel work
     cfg = Config(**parse_flags(Config, __doc__))
-    keep_freed_memory()  # as train.py does
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows = []
     for device in map(torch.device, names):
-        rows += bench_models(device, cfg) + bench_layers(device, cfg)
+        rows += bench_models(device, cfg) + bench_layers(device, cfg) + bench_subnormals(device, cfg)
     env = {name: environment(torch.device(name)) for name in names}
     print_tables(rows, {name: e["hardware"] for name, e in env.items()})
     if cfg.json:

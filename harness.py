@@ -114,8 +114,9 @@ class Run:
             self.restore(self.checkpoint)
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if self.world > 1 else model
         net = torch.compile(net) if self.cfg.compile else net
+        eval_share = self.test_images / (3 * self.train_images)  # a test image: a forward, a third of a step's work
         self.progress = Progress(steps_per_epoch, self.cfg.epochs * steps_per_epoch, self.cfg.batch_size, self.device,
-                                 self.writer)
+                                 self.writer, eval_share)
         if self.epoch >= self.cfg.epochs:
             print(f"{self.out} finished its {self.cfg.epochs} epoch{'s' * (self.cfg.epochs > 1)} (final test accuracy "
                   f"{self.history[-1]['test_acc']:.4f}); nothing to do. To train longer, start a new run: the "

@@ -39,6 +39,7 @@ from torch import nn
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
 from flags import option, parse_flags
 from measures import measures
+from runtime import fast_cpu_process
 
 
 class ConvAsAttention(nn.Module):
@@ -251,6 +252,7 @@ def plot_paths(path: torch.Tensor, out: Path) -> Path:
 
 
 def main():
+    fast_cpu_process()  # before any parallel work
     cfg = Config(**parse_flags(Config, __doc__))
     torch.manual_seed(cfg.seed)
     error_table(cfg)

@@ -24,7 +24,7 @@ from data import DataError
 from flags import option, parse_flags
 from model import count_parameters, model_from_config, paper_flops
 from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
-from runtime import TrainingError
+from runtime import TrainingError, fast_cpu_process
 
 
 @dataclass
@@ -139,6 +139,7 @@ def prune(cfg: Config):
 
 
 def main():
+    fast_cpu_process()  # before any parallel work
     cfg = Config(**parse_flags(Config, __doc__, positional=("checkpoint",)))
     try:
         prune(cfg)

@@ -4,7 +4,7 @@
 - progress: images/s and the run's remaining time on stderr;
 - stop signals: Ctrl-C and SIGTERM stop at a batch boundary, where a checkpoint resumes exactly
   (and TrainingError, for a run that cannot go on);
-- memory: glibc keeps freed blocks for the next step.
+- the process: glibc keeps freed blocks for the next step, and subnormal floats count as zero.
 """
 import contextlib
 import ctypes
@@ -82,26 +82,36 @@ def duration(seconds: float) -> str:
 
 class Progress:
     """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines an epoch
-    in a log file) with images/s and the whole run's remaining training time, and after the
-    first steps one estimate of the whole run, with a warning when a CPU would take over a day."""
+    in a log file) with images/s and the whole run's remaining time, and once the steps run at
+    their steady pace one estimate of the whole run, with a warning when a CPU would take over
+    a day. Evaluation is counted as `eval_share` of a step's time per step (its forward passes)."""
 
-    def __init__(self, steps_per_epoch: int, total_steps: int, batch_size: int, device, enabled: bool):
+    def __init__(self, steps_per_epoch: int, total_steps: int, batch_size: int, device, enabled: bool,
+                 eval_share: float = 0.0):
         self.steps_per_epoch, self.total_steps, self.batch_size = steps_per_epoch, total_steps, batch_size
-        self.device, self.enabled, self.tty = device, enabled, sys.stderr.isatty()
-        self.steps, self.seconds, self.last_print = 0, 0.0, 0.0
+        self.device, self.enabled, self.tty, self.eval_share = device, enabled, sys.stderr.isatty(), eval_share
+        self.steps, self.seconds, self.last_print, self.estimated = 0, 0.0, 0.0, False
+        self.warm, self.warm_seconds = None, 0.0  # the last warm-up step, once known
 
     def step(self, seconds: float, done: int, text):
-        """A step of `seconds` (the first of a process is warm-up, not timed); `done` steps of the run so far."""
+        """A step of `seconds`; `done` steps of the run so far. The first tenth of an epoch (or
+        30 s, if sooner) is warm-up; the steps after it are timed."""
         self.steps += 1
-        self.seconds += seconds if self.steps > 1 else 0.0
-        if not self.enabled or self.steps < 2:
+        if self.warm is None:
+            self.warm_seconds += seconds
+            if self.steps >= max(1, self.steps_per_epoch // 10) or self.warm_seconds >= 30:
+                self.warm = self.steps
             return
-        per_step = self.seconds / (self.steps - 1)
-        remaining = (self.total_steps - done) * per_step
-        if self.steps == 2:  # the first timed step: within a minute even where a step takes 30 s
+        self.seconds += seconds
+        if not self.enabled:
+            return
+        per_step = self.seconds / (self.steps - self.warm)
+        remaining = (self.total_steps - done) * per_step * (1 + self.eval_share)
+        if not self.estimated:  # within a minute of steady steps even where a step takes 30 s
+            self.estimated = True
             warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
                        if self.device.type == "cpu" and remaining > 86400 else "")
-            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go: "
+            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go with evaluation: "
                   f"{duration(remaining)}{warning}", file=sys.stderr, flush=True)
         in_epoch = (done - 1) % self.steps_per_epoch + 1
         on_terminal = self.tty and time.time() - self.last_print > 0.5
@@ -170,7 +180,26 @@ class StopSignal:
         return int(flag.item())
 
 
-# ---- memory -------------------------------------------------------------------------------
+# ---- the process --------------------------------------------------------------------------
+
+def fast_cpu_process() -> dict:
+    """What every script that trains, evaluates or times the network calls first in its
+    `main`, before any parallel work: freed memory kept, subnormals flushed. Says which took."""
+    return dict(keep_freed_memory=keep_freed_memory(), flush_subnormals=flush_subnormals())
+
+
+def flush_subnormals() -> bool:
+    """Compute subnormal floats (below 1.2e-38 in fp32) as zero, in this thread and every
+    worker thread PyTorch starts after it; True where the CPU allows it (x86, AArch64).
+
+    A quadratic head's probabilities exp(-alpha ||delta||^2) underflow through the subnormal
+    range, and Intel cores multiply subnormal operands through slow microcode assists: on an
+    Intel Xeon (Ice Lake) the paper-size fast layer ran at 6.2-6.6x its Linear floor with them,
+    1.8x without (RESULTS.md). Only numbers below 1.2e-38 change, to 0. A worker thread
+    copies the flag from the thread that creates it, so this must run before the first
+    parallel operation starts PyTorch's thread pool; called later it reaches this thread only."""
+    return torch.set_flush_denormal(True)
+
 
 def keep_freed_memory() -> bool:
     """Have glibc keep freed memory for the process's next allocation (Linux; elsewhere a no-op).

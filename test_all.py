@@ -713,13 +713,14 @@ def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
     for seconds in (30.0, 2.0, 2.0, 2.0):  # the first step is warm-up
         progress.step(seconds, progress.steps + 1, lambda: "loss 2.3")
     err = capsys.readouterr().err
-    assert err.count("estimate:") == 1 and "estimate: 2.00 s a step, 149,998 steps to go: 3 days" in err
+    assert err.count("estimate:") == 1 and "estimate: 2.00 s a step, 149,998 steps to go with evaluation: 3 days" in err
     assert "--preset laptop" in err
-    quick = runtime.Progress(500, 2000, 100, torch.device("cpu"), enabled=True)
-    for _ in range(4):
-        quick.step(0.4, quick.steps + 1, lambda: "")
+    quick = runtime.Progress(500, 2000, 100, torch.device("cpu"), enabled=True, eval_share=0.1)
+    for seconds in [0.5] * 49 + [0.4] * 2:  # the first tenth of an epoch is warm-up
+        quick.step(seconds, quick.steps + 1, lambda: "")
     err = capsys.readouterr().err
-    assert "13.3 min" in err and "--preset laptop" not in err
+    assert err.count("estimate:") == 1 and "0.40 s a step, 1,949 steps to go with evaluation: 14.3 min" in err
+    assert "--preset laptop" not in err
 
 
 @pytest.mark.parametrize("encoding, undecayed", [
@@ -1305,11 +1306,49 @@ def test_keep_freed_memory_stops_page_faults_when_memory_is_reused():
     assert int(runs["keep"][1]) * 10 < int(runs["default"][1])  # by default the 64 MB come back as fresh pages
 
 
+SUBNORMAL_PROBE = """
+import importlib, sys, torch
+torch.set_num_threads(2)
+script, entry, stub, early = sys.argv[1:]
+if early == "parallel work first":
+    (torch.ones(2**20) * 2).sum()  # starts the thread pool before the script's setup
+module = importlib.import_module(script)
+
+def probe(*args, **kwargs):  # runs where the script would read its flags: after its setup
+    subnormal = torch.full((2**20,), 2**20, dtype=torch.int32).view(torch.float32)  # 2^-129, made without arithmetic
+    product = subnormal * 1.0  # split across the 2 threads
+    print(int((product != 0).sum()))
+    raise SystemExit(0)
+
+setattr(module, stub, probe)
+getattr(module, entry)()
+"""
+
+
+@pytest.mark.parametrize("script, entry, stub", [("train", "command_line", "parse_config"), ("bench", "main", "parse_flags"),
+                                                 ("prune", "main", "parse_flags"), ("prove", "main", "parse_flags"),
+                                                 ("visualize", "main", "parse_flags")])
+def test_every_script_flushes_subnormals_in_every_thread(script, entry, stub):
+    """After a script's start-up, a product split across two threads computes every subnormal
+    as 0; set after the thread pool exists, the flag reaches the main thread's half only."""
+    def nonzero(early):
+        out = subprocess.run([sys.executable, "-c", SUBNORMAL_PROBE, script, entry, stub, early], capture_output=True,
+                             text=True, check=True, cwd=Path(__file__).parent).stdout
+        return int(out.split()[-1])
+
+    assert nonzero("setup first") == 0
+    assert 0 < nonzero("parallel work first") < 2**20  # the worker thread kept its subnormals
+
+
 def test_bench_quick_measures_every_encoding():
+    threads = torch.get_num_threads()
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
     assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
     assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
+    (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
+    assert torch.get_num_threads() == threads  # restored after its one-thread measurement
     models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
     assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]

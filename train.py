@@ -28,7 +28,7 @@ from flags import option, parse_flags
 from harness import Run
 from measures import head_overlap
 from model import MODELS, model_from_config
-from runtime import PRECISIONS, Stop, TrainingError, keep_freed_memory
+from runtime import PRECISIONS, Stop, TrainingError, fast_cpu_process
 
 
 @dataclass
@@ -268,7 +268,7 @@ def check_config(cfg: Config):
 
 
 def command_line():
-    keep_freed_memory()
+    fast_cpu_process()  # before any parallel work
     try:
         main(parse_config())
     except (data_lib.DataError, TrainingError, FileNotFoundError, ValueError) as e:

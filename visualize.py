@@ -37,6 +37,7 @@ import measures
 from attention import RowColumn
 from flags import option, parse_flags
 from records import kept_heads, load_checkpoint, model_from_checkpoint
+from runtime import fast_cpu_process
 
 
 @dataclass
@@ -329,6 +330,7 @@ def visualize(cfg: Config) -> list:
 
 
 def main():
+    fast_cpu_process()  # before any parallel work
     cfg = Config(**parse_flags(Config, __doc__, positional=("run",)))
     try:
         written = visualize(cfg)
