@@ -6,6 +6,9 @@ and between experiments, the difference with its 95% interval.
     python compare.py A/* B/* --measures one_pixel  # also the difference of layer 1's one_pixel
     python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band,
                                                     # and each run's Fig. 2 side by side (--layer)
+    python compare.py results/fig2/deep6-lr02-e30-s* --at 0 3000 15000 --origins 1 4
+                                                    # layers 1 and 4 against their start: travel,
+                                                    # alpha, pixels the start already held
 
 A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
 every setting of their config except the seed and what does not change the computation
@@ -47,6 +50,11 @@ NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", 
 LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
 MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)
+ORIGINS = {"travel_mean": "travel from the start, px", "alpha": "median alpha",
+           "one_pixel": "distinct pixels of one-pixel heads",
+           "already_nearest": "of those, a head's nearest pixel at the start",
+           "own_start": "one-pixel heads on their own start's nearest pixel",
+           "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
 CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of one-pixel heads",
           "sides": "sides of the query holding one", "inside_3x3": "those pixels in the 3x3 window",
           "inside_5x5": "those pixels in the 5x5 window", "mass_3x3": "probability in the 3x3 window",
@@ -62,6 +70,8 @@ class Config:
                                 f"its value at the start: {', '.join(MEASURES)}", nargs="*", choices=MEASURES)
     at: list = option([], "steps at which to tabulate --layer's measures from steps.jsonl (train.py --log-every)",
                       nargs="*", type=int)
+    origins: list = option([], "layers whose heads to follow from the start (measures.origins): a table at the "
+                               "--at steps, and with --out a figure against steps", nargs="*", type=int)
 
 
 def load_run(path) -> dict:
@@ -74,7 +84,8 @@ def load_run(path) -> dict:
     steps = path / "steps.jsonl"
     steps = [json.loads(line) for line in steps.read_text().splitlines()] if steps.exists() else []
     run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics,
-               steps={line["step"]: line["layers"] for line in steps})  # step -> each layer's measures
+               steps={line["step"]: line["layers"] for line in steps},  # step -> each layer's measures
+               heads={line["step"]: line.get("heads") for line in steps})  # step -> each layer's heads (or None)
     add_start(run)
     return run
 
@@ -215,6 +226,69 @@ def steps_table(groups: dict, steps: list, layer: int) -> str:
                 continue
             rows.append([label, str(len(groups[key])), f"{step:,}"] + [cell(found[n], 2) for n in CURVES])
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def run_origins(run: dict, layer: int) -> dict:
+    """{step: measures.origins of `layer` (1-based) at that step against step 0} of a run
+    whose steps.jsonl holds the layer's heads with centers."""
+    if 0 not in run["heads"] or not (run["heads"][0] or [None] * layer)[layer - 1]:
+        raise ValueError(f"{run['path']} logged no heads with centers for layer {layer} at step 0 (train.py --log-every)")
+    shape = model_from_config(with_defaults(run["config"])).attention_layers[layer - 1]  # positions only: centers and alpha
+    start = run["heads"][0][layer - 1]
+    return {step: measures.origins(shape, start, heads[layer - 1]) for step, heads in sorted(run["heads"].items())}
+
+
+def origins_table(groups: dict, steps: list, layers: list) -> str:
+    """Markdown: a row an experiment, layer and step; ORIGINS there (and the start's nearest
+    pixels), mean (min-max) over the seeds where it is defined (the start gap: seeds with a
+    shared pixel; "-": none)."""
+    rows = [["experiment", "seeds", "layer", "step", "start's nearest pixels"] + list(ORIGINS.values())]
+    rows.append(["---"] * len(rows[0]))
+    for key, label in labels(groups).items():
+        for layer in layers:
+            found = [run_origins(r, layer) for r in groups[key]]
+            for step in (s for s in steps if all(s in f for f in found)):
+                at = [f[step] for f in found]
+                known = {name: [a[name] for a in at if not math.isnan(a[name])] for name in ["start_pixels"] + list(ORIGINS)}
+                rows.append([label, str(len(at)), str(layer), f"{step:,}"] +
+                            [cell(spread(v), 2) if v else "-" for v in known.values()])
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def origins_figure(groups: dict, layers: list, out: Path) -> Path:
+    """What training did against what the start placed, per layer against steps: travel,
+    median alpha, the one-pixel heads' distinct pixels beside those that were already a head's
+    nearest pixel at the start (dashed), and the heads on their own start's pixel; each
+    experiment's mean over seeds with the min-max band."""
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    fig.suptitle("the heads against their start (central query); mean over seeds, min-max band", fontsize=9)
+    panels = (("travel_mean",), ("alpha",), ("one_pixel", "already_nearest"), ("own_start",))
+    for key, label in labels(groups).items():
+        for layer in layers:
+            found = [run_origins(r, layer) for r in groups[key]]
+            steps = sorted(set.intersection(*(set(f) for f in found)))
+            color = None
+            for ax, names in zip(axes, panels):
+                for name, style in zip(names, ("-", "--")):
+                    columns = [[f[s][name] for f in found] for s in steps]
+                    line, = ax.plot(steps, [statistics.fmean(c) for c in columns], style, lw=1.2, color=color,
+                                    label=f"{label}, layer {layer} ({len(found)} seeds)" if style == "-" else None)
+                    color = line.get_color()
+                    ax.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=color, alpha=0.15)
+    titles = ("heads' travel from the start, px", "median alpha (log)",
+              "one-pixel heads' distinct pixels;\ndashed: of those, a head's nearest pixel at the start",
+              "one-pixel heads on their own start's nearest pixel")
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[1].set_yscale("log")
+    axes[0].legend(fontsize=6)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"origins_layers{'-'.join(map(str, layers))}.png"
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def difference(a: list, b: list) -> dict:
@@ -426,8 +500,13 @@ def main():
             print(steps_table(groups, cfg.at, cfg.layer))
             for step in (s for s in cfg.at if s and cfg.measures):
                 print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer, step))
+        if cfg.origins:
+            print(f"\nLayers {', '.join(map(str, cfg.origins))} against the start (measures.origins; steps.jsonl):")
+            print(origins_table(groups, cfg.at or [0], cfg.origins))
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
+            if cfg.origins:
+                print(f"wrote {origins_figure(groups, cfg.origins, Path(cfg.out))}")
             runs = [r for g in groups.values() for r in g]
             for figure, of in ((steps_figure, groups), (grids_figure, runs), (maps_figure, runs)):
                 try:

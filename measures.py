@@ -17,6 +17,8 @@ Every measure looks at the central query of the grid, as the paper's figures do.
 - travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
 - overlap: how alike the heads' probabilities are (train.py's --overlap penalizes it).
+- origins: against the start, where the one-pixel heads' pixels came from: how many were
+  already a head's nearest pixel at the start, and how far apart heads sharing a pixel began.
 """
 import copy
 import math
@@ -183,3 +185,29 @@ def layer_travel(model: nn.Module, snapshots: list) -> list:
     (records.head_snapshot; None for a layer without centers)."""
     first, last = snapshots[0]["layers"], snapshots[-1]["layers"]
     return [travel(layer, a, b) if "centers" in a else None for layer, a, b in zip(model.attention_layers, first, last)]
+
+
+def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
+    """Between the start's snapshot and `now` (heads.jsonl or steps.jsonl heads with centers):
+    `travel_mean` (px) and the heads' median `alpha` now (quadratic); `start_pixels`, the
+    distinct pixels nearest to the start's centers; the one-pixel heads now, `one_pixel` their
+    distinct pixels, of which `already_nearest` were some head's nearest pixel at the start,
+    `own_start` the heads on their own start's nearest pixel, `shared` the pixels two or more
+    of them hold and `shared_start_gap` the mean start distance (px) between heads that share
+    one (nan: none shared). What training placed is what these leave out."""
+    begun = torch.tensor(start["centers"])  # [heads, 2]
+    nearest = [tuple(int(v) for v in c) for c in begun.round().tolist()]
+    sharp = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
+    holders = {}
+    for h, pixel in sharp.items():
+        holders.setdefault(pixel, []).append(h)
+    gaps = [(begun[a] - begun[b]).norm().item() for heads in holders.values() if len(heads) > 1
+            for i, a in enumerate(heads) for b in heads[i + 1:]]
+    moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)
+    return {"travel_mean": moved.mean().item(),
+            "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else math.nan,
+            "start_pixels": len(set(nearest)), "one_pixel": len(holders),
+            "already_nearest": sum(pixel in nearest for pixel in holders),
+            "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),
+            "shared": sum(len(heads) > 1 for heads in holders.values()),
+            "shared_start_gap": sum(gaps) / len(gaps) if gaps else math.nan}

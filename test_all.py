@@ -1190,6 +1190,37 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
         compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
 
 
+def test_origins_say_which_one_pixel_pixels_the_start_already_held(tmp_path):
+    # Three heads start at (0.1, 0.9), (1.2, -0.1), (1.1, 0.2): nearest pixels (0, 1), (1, 0), (1, 0).
+    # At step 100 they sit on (0, 1), (1, 0), (1, 0) with alpha 10 (one-pixel heads): 2 distinct
+    # pixels, both a start's nearest, all 3 heads on their own; (1, 0) shared by heads that began
+    # |(1.2, -0.1) - (1.1, 0.2)| = sqrt(0.1) px apart. At step 200 head 0 moved to (-1, -1): a
+    # pixel no head began nearest to. Alpha 0.5 at the start: no one-pixel head.
+    start = [[0.1, 0.9], [1.2, -0.1], [1.1, 0.2]]
+    later = {100: [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], 200: [[-1.0, -1.0], [1.0, 0.0], [1.0, 0.0]]}
+    runs = []
+    for seed in (0, 1):
+        run = write_run(tmp_path / f"s{seed}", seed, [0.3], layers=1, heads=3, dim=6, ffn_dim=6)
+        heads = {0: dict(centers=start, alpha=[0.5] * 3)} | {s: dict(centers=c, alpha=[10.0, 10.0, 20.0]) for s, c in later.items()}
+        (run / "steps.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": None, "layers": [{}], "heads": [h]}) + "\n"
+                                                 for s, h in heads.items()))
+        runs.append(compare.load_run(run))
+    found = compare.run_origins(runs[0], 1)
+    assert {k: v for k, v in found[0].items() if k != "shared_start_gap"} == dict(
+        travel_mean=0.0, alpha=0.5, start_pixels=2, one_pixel=0, already_nearest=0, own_start=0, shared=0)
+    assert math.isnan(found[0]["shared_start_gap"])  # no pixel shared
+    moved = (math.hypot(0.1, 0.1) + math.hypot(0.2, 0.1) + math.hypot(0.1, 0.2)) / 3
+    assert found[100] == pytest.approx(dict(travel_mean=moved, alpha=10.0, start_pixels=2, one_pixel=2, already_nearest=2,
+                                            own_start=3, shared=1, shared_start_gap=math.sqrt(0.1)))
+    assert found[200]["one_pixel"] == 2 and found[200]["already_nearest"] == 1 and found[200]["own_start"] == 2
+    text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])
+    assert "| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 10.00 | 2.00 | 2.00 | 3.00 | 1.00 | 0.32 |" in text
+    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    assert not_blank(compare.origins_figure(compare.group(runs), [1], tmp_path))
+    with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
+        compare.run_origins(compare.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
+
+
 def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
     cfg = small_config(tmp_path, epochs=1)
     train_lib.main(cfg)
