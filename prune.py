@@ -1,7 +1,8 @@
 """Prune degenerate attention heads, then fine-tune (Appendix A.1).
 
     python prune.py runs/gaussian-paper                 # prune, report, fine-tune 100 epochs
-    python prune.py ckpt.pt --epochs 5 --no-finetune    # only report and save the pruned model
+    python prune.py results/fig2/deep6-e6-s0 --epochs 1 # a 6-layer CPU run: 2 uniform heads go
+    python prune.py ckpt.pt --no-finetune               # only report and save the pruned model
 
 A Gaussian head (eq. 16) is degenerate when Sigma^-1 is almost zero (it attends to every
 pixel alike: largest eigenvalue < 1e-5) or almost singular (a thin stripe: condition number
@@ -20,20 +21,21 @@ from pathlib import Path
 import torch
 
 import train as train_lib
-from data import DataError
+from data import Batches, DataError
+from harness import Autocast, pick_device
 from flags import option, parse_flags
 from model import count_parameters, model_from_config, paper_flops
 from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
-from runtime import TrainingError, fast_cpu_process
+from runtime import Precision, TrainingError, fast_cpu_process
 
 
 @dataclass
 class Config:
     checkpoint: str = option("", "checkpoint file or run directory")
-    max_eigenvalue: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
-    max_condition: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
-                                       "(the paper's text says 1e5; the authors' code used 1e3)")
-    min_alpha: float = option(1e-5, "prune quadratic heads whose alpha is below this")
+    eigenvalue_below: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
+    condition_above: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
+                                         "(the paper's text says 1e5; the authors' code used 1e3)")
+    alpha_below: float = option(1e-5, "prune quadratic heads whose alpha is below this")
     epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
     out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")
@@ -57,9 +59,9 @@ def degenerate_heads(model, cfg: Config) -> list:
     for layer in model.attention_layers:
         m = head_measures(layer)
         if "alpha" in m:
-            bad = m["alpha"] < cfg.min_alpha
+            bad = m["alpha"] < cfg.alpha_below
         else:
-            bad = (m["largest eigenvalue"] < cfg.max_eigenvalue) | (m["condition"] > cfg.max_condition)
+            bad = (m["largest eigenvalue"] < cfg.eigenvalue_below) | (m["condition"] > cfg.condition_above)
         pruned.append(bad.nonzero().flatten().tolist())
     return pruned
 
@@ -104,6 +106,26 @@ def report(model, small, pruned: list, heads: list):
           f"{flops_before / scale:.2f}{unit} -> {flops_after / scale:.2f}{unit} ({flops_after / flops_before - 1:+.1%})")
 
 
+def test_accuracy(models: list, cfg: train_lib.Config) -> list:
+    """Each model's test accuracy as train.py evaluates it: the run's data, normalization and precision."""
+    _, test_set, mean, std = train_lib.load_data(cfg)
+    device = pick_device(cfg.device)
+    batches = Batches(test_set, cfg.eval_batch_size, mean, std, False, cfg.seed, device)
+    accuracies = []
+    for model in models:
+        _, correct, images = train_lib.evaluate(Autocast(model.to(device), Precision(cfg.precision, device)),
+                                                batches.epoch(0)).tolist()
+        accuracies.append(correct / images)
+    return accuracies
+
+
+def table_2(rows: list):
+    """Table 2's columns for the models of a pruning: (name, accuracy, parameters, FLOPs)."""
+    print(f"\n{'model':<34}{'accuracy':>9}{'parameters':>12}{'FLOPs':>9}")
+    for name, accuracy, parameters, flops in rows:
+        print(f"{name:<34}{accuracy:>9.4f}{parameters:>12,}{flops / 1e6:>8.1f}M")
+
+
 def prune(cfg: Config):
     """Report the degenerate heads; remove them, save and fine-tune. Returns the new run
     directory, or None when no head is degenerate."""
@@ -118,7 +140,7 @@ def prune(cfg: Config):
     for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
         if len(p) == layer.heads:
             raise ValueError(f"every head of layer {i} is degenerate: pruning would remove the layer "
-                             "(raise --max-condition or lower --max-eigenvalue)")
+                             "(raise --condition-above or lower --eigenvalue-below)")
     small, heads = remove_heads(model, config, pruned)
     report(model, small, pruned, heads)
     if not any(pruned):
@@ -133,8 +155,14 @@ def prune(cfg: Config):
     (out / "kept_heads.json").write_text(json.dumps({"layers": ids}))
     print(f"saved the pruned model to {out / 'checkpoint.pt'}")
     if cfg.finetune:
-        print(f"fine-tuning {cfg.epochs} epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g}")
-        train_lib.main(finetune, model=small)
+        before = test_accuracy([model, small], finetune)
+        print(f"test accuracy {before[0]:.4f} -> {before[1]:.4f} pruned; fine-tuning {cfg.epochs} "
+              f"epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g}")
+        after = train_lib.main(train_lib.Config(resume=str(out), device=cfg.device))["test_acc"]  # from the saved start
+        table_2([(f"{path.parent.name}", before[0], count_parameters(model), paper_flops(model)),
+                 ("pruned", before[1], count_parameters(small), paper_flops(small)),
+                 (f"pruned, fine-tuned {cfg.epochs} epoch{'s' * (cfg.epochs != 1)}", after, count_parameters(small),
+                  paper_flops(small))])
     return out
 
 

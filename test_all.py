@@ -1082,6 +1082,26 @@ def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_pat
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, out=str(out)))
 
 
+def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_run, tmp_path, capsys):
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    finetune = train_lib.Config(**checkpoint["config"])
+    model = records.model_from_checkpoint(checkpoint)
+    assert prune_lib.test_accuracy([model], finetune) == [checkpoint["metrics"][-1]["test_acc"]]  # as train.py evaluated it
+    force_degenerate(model, {(0, 2): "zero"})
+    checkpoint["model"] = model.state_dict()
+    (tmp_path / "run").mkdir()
+    torch.save(checkpoint, tmp_path / "run" / "checkpoint.pt")
+    prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu"))
+    out = capsys.readouterr().out
+    before, pruned = prune_lib.test_accuracy([model, records.model_from_checkpoint(
+        records.load_checkpoint(tmp_path / "run-pruned")[0])], finetune)  # its weights were fine-tuned since
+    assert f"test accuracy {before:.4f} -> " in out and "fine-tuning 1 epoch at lr 0.005" in out
+    table = out[out.index("\nmodel ") + 1:].splitlines()
+    assert [line.split()[0] for line in table] == ["model", "run", "pruned", "pruned,"]
+    assert [int(line.split()[-2].replace(",", "")) for line in table[1:]] == [model_lib.count_parameters(model)] + [
+        model_lib.count_parameters(model) - 16 * 16 - 6] * 2
+
+
 def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
     with pytest.raises(ValueError, match="not a checkpoint of this project"):
         (tmp_path / "x.pt").write_bytes(b"not a checkpoint")

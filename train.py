@@ -161,15 +161,21 @@ def evaluate(net, batches) -> torch.Tensor:
     return totals
 
 
+def load_data(cfg: Config) -> tuple:
+    """(training split, test split, mean, std): the run's training images (all, or its
+    --subset), and the per-channel statistics that normalize every input."""
+    train_set, test_set = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
+    train_set = data_lib.training_subset(train_set, cfg.subset, cfg.seed)
+    return (train_set, test_set) + data_lib.channel_stats(train_set.images)
+
+
 def main(cfg: Config, model=None) -> dict:
     """A.4 from start to end: trains `model` (default: the one cfg describes) and returns the
     last epoch's metrics."""
     check_config(cfg)
     with Run(cfg) as run:  # a resumed run comes back with its own settings
         cfg = run.cfg
-        train_set, test_set = data_lib.load(cfg.dataset, cfg.data_dir, cfg.seed)
-        train_set = data_lib.training_subset(train_set, cfg.subset, cfg.seed)
-        mean, std = data_lib.channel_stats(train_set.images)  # every input normalized by these
+        train_set, test_set, mean, std = load_data(cfg)
         # training batches shuffled, then random crops of the 4-px padded image and flips (the authors' code)
         train_batches = run.batches(train_set, cfg.batch_size, mean, std, train=True)
         test_batches = run.batches(test_set, cfg.eval_batch_size, mean, std, train=False)
