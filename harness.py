@@ -56,7 +56,7 @@ class Autocast(nn.Module):
 
     def forward(self, images):
         with self.precision.autocast():  # fp32: does nothing
-            return self.net(images).float()
+            return self.precision.scale_gradient(self.net(images).float())  # (fp16's scaler: runtime.Precision)
 
 
 class Run:
@@ -75,6 +75,8 @@ class Run:
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         try:
             self.cfg, self.checkpoint, self.reason = settle(self.cfg, self.device, self.world)
+            if self.cfg.precision == "fp16" and self.cfg.overlap:  # fp16's scaler reaches the loss through the logits
+                raise ValueError("--overlap cannot run in fp16: choose --precision bf16 or fp32")
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -112,6 +114,7 @@ class Run:
         self.model, self.optimizer, self.schedule, self.steps_per_epoch = model, optimizer, schedule, steps_per_epoch
         if self.checkpoint:
             self.restore(self.checkpoint)
+        self.precision.attach(optimizer)
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if self.world > 1 else model
         net = torch.compile(net) if self.cfg.compile else net
         eval_share = self.test_images / (3 * self.train_images)  # a test image: a forward, a third of a step's work

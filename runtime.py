@@ -23,8 +23,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 class Precision:
-    """Autocast and gradient scaling for fp32, bf16 or fp16; fp16's small range needs the
-    scaler (it multiplies the loss before backward and divides the gradients before the step)."""
+    """Autocast and, for fp16, a gradient scaler: fp16's small range needs the gradients
+    computed at a large scale and divided back before the step, a step whose gradients
+    overflowed skipped. `attach` hides that behind the plain `loss.backward()` and
+    `optimizer.step()` of the training loop (torch.amp.GradScaler does the arithmetic)."""
 
     def __init__(self, name: str, device: torch.device):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
@@ -33,12 +35,36 @@ class Precision:
         if device.type == "cuda" and name == "fp32":
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
 
-    def backward_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer):
-        """loss.backward(); optimizer.step(). In fp16 the loss is scaled up first and the
-        gradients scaled back before the step (a step whose gradients overflowed is skipped)."""
-        self.scaler.scale(loss).backward()
-        self.scaler.step(optimizer)
-        self.scaler.update()
+    def scale_gradient(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits, unchanged; fp16: the gradient reaching them back is multiplied by the scale
+        (the same as scaling a loss that depends on the parameters through the logits alone)."""
+        return ScaleGradient.apply(logits, self.scaler) if self.scaler.is_enabled() and logits.requires_grad else logits
+
+    def attach(self, optimizer: torch.optim.Optimizer):
+        """fp16: every optimizer.step() first divides the gradients by the scale, and skips the
+        step (every gradient dropped) when one is not finite; then the scale is updated."""
+        if self.scaler.is_enabled():
+            optimizer.register_step_pre_hook(self.unscale_or_skip)
+            optimizer.register_step_post_hook(lambda *_: self.scaler.update())
+
+    def unscale_or_skip(self, optimizer, args, kwargs):
+        self.scaler.unscale_(optimizer)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not torch.stack([g.isfinite().all() for g in grads]).all():
+            optimizer.zero_grad(set_to_none=True)  # SGD leaves a parameter without a gradient as it is
+
+
+class ScaleGradient(torch.autograd.Function):
+    """The identity forward; backward multiplies the incoming gradient by the scaler's scale."""
+
+    @staticmethod
+    def forward(ctx, x, scaler):
+        ctx.scaler = scaler
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.scaler.scale(grad), None
 
 
 def cpu_bf16_speedup() -> float:

@@ -765,6 +765,38 @@ def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
     assert last["test_acc"] > 0.3  # chance is 0.1
 
 
+def test_fp16_steps_behind_plain_backward_and_step_equal_the_textbook_grad_scaler_loop():
+    """Precision.attach and scale_gradient against torch.amp's documented loop
+    (scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()), bit for bit, with
+    a first scale so large that the first steps overflow and are skipped."""
+    def train(textbook: bool):
+        torch.manual_seed(0)
+        net = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        precision = runtime.Precision("fp16", torch.device("cpu"))
+        precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40, growth_interval=3)
+        if not textbook:
+            precision.attach(optimizer)
+            net = harness.Autocast(net, precision)
+        for step in range(8):
+            images, labels = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+            with precision.autocast():
+                loss = F.cross_entropy(net(images).float(), labels)
+            optimizer.zero_grad(set_to_none=True)
+            if textbook:
+                precision.scaler.scale(loss).backward()
+                precision.scaler.step(optimizer)
+                precision.scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+        return [p.detach().clone() for p in optimizer.param_groups[0]["params"]], precision.scaler.get_scale()
+
+    (plain, scale), (textbook, textbook_scale) = train(False), train(True)
+    assert scale == textbook_scale < 2.0**40  # overflowing steps were skipped and the scale fell
+    assert all(torch.equal(a, b) for a, b in zip(plain, textbook))
+
+
 @pytest.mark.parametrize("precision, spread_hold", [("fp32", 0.0), ("bf16", 0.0), ("fp16", 0.0), ("fp32", 0.7)])
 def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, spread_hold):
     kw = dict(precision=precision, spread_hold=spread_hold)

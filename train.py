@@ -131,7 +131,7 @@ def make_loss(model, cfg: Config):
                                    + cfg.overlap * sum(map(head_overlap, model.attention_layers)))
 
 
-def train_epoch(net, batches, loss_fn, optimizer, schedule, precision, sums: torch.Tensor) -> torch.Tensor:
+def train_epoch(net, batches, loss_fn, optimizer, schedule, sums: torch.Tensor) -> torch.Tensor:
     """One epoch of A.4, a batch at a time: forward, loss, backward, an SGD step, the
     schedule's step. Adds each batch's summed loss, correct predictions and images to `sums`
     [3] in place (a stopped run saves the running totals) and returns it."""
@@ -140,7 +140,8 @@ def train_epoch(net, batches, loss_fn, optimizer, schedule, precision, sums: tor
         logits = net(images)  # [B, 10]
         loss = loss_fn(logits, labels)
         optimizer.zero_grad(set_to_none=True)
-        precision.backward_step(loss, optimizer)  # loss.backward(); optimizer.step()
+        loss.backward()
+        optimizer.step()
         schedule.step()
         n = len(labels)
         sums += torch.stack([loss.detach() * n, (logits.argmax(1) == labels).sum(),
@@ -187,7 +188,7 @@ def main(cfg: Config, model=None) -> dict:
         net = run.start(model, optimizer, schedule, len(train_batches))  # restored; in the run's precision
         for epoch in range(run.epoch, cfg.epochs):
             batches = run.steps(train_batches, epoch)  # the epoch's batches, from where a stopped run stopped
-            train_sums = train_epoch(net, batches, loss_fn, optimizer, schedule, run.precision, run.sums)
+            train_sums = train_epoch(net, batches, loss_fn, optimizer, schedule, run.sums)
             test_sums = evaluate(net, test_batches.epoch(0))
             run.end_epoch(train_sums, test_sums)  # metrics.jsonl, heads.jsonl, a checkpoint
         return run.finish()
