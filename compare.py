@@ -231,11 +231,17 @@ def steps_table(groups: dict, steps: list, layer: int) -> str:
 def run_origins(run: dict, layer: int) -> dict:
     """{step: measures.origins of `layer` (1-based) at that step against step 0} of a run
     whose steps.jsonl holds the layer's heads with centers."""
-    if 0 not in run["heads"] or not (run["heads"][0] or [None] * layer)[layer - 1]:
+    if not has_layer(run, layer):
         raise ValueError(f"{run['path']} logged no heads with centers for layer {layer} at step 0 (train.py --log-every)")
     shape = model_from_config(with_defaults(run["config"])).attention_layers[layer - 1]  # positions only: centers and alpha
     start = run["heads"][0][layer - 1]
     return {step: measures.origins(shape, start, heads[layer - 1]) for step, heads in sorted(run["heads"].items())}
+
+
+def has_layer(run: dict, layer: int) -> bool:
+    """Whether the run logged `layer`'s heads with centers at step 0."""
+    heads = run["heads"].get(0) or []
+    return layer <= len(heads) and heads[layer - 1] is not None
 
 
 def origins_table(groups: dict, steps: list, layers: list) -> str:
@@ -245,7 +251,7 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
     rows = [["experiment", "seeds", "layer", "step", "start's nearest pixels"] + list(ORIGINS.values())]
     rows.append(["---"] * len(rows[0]))
     for key, label in labels(groups).items():
-        for layer in layers:
+        for layer in (l for l in layers if has_layer(groups[key][0], l)):  # a deeper layer: deeper models only
             found = [run_origins(r, layer) for r in groups[key]]
             for step in (s for s in steps if all(s in f for f in found)):
                 at = [f[step] for f in found]
@@ -264,7 +270,7 @@ def origins_figure(groups: dict, layers: list, out: Path) -> Path:
     fig.suptitle("the heads against their start (central query); mean over seeds, min-max band", fontsize=9)
     panels = (("travel_mean",), ("alpha",), ("one_pixel", "already_nearest"), ("own_start",))
     for key, label in labels(groups).items():
-        for layer in layers:
+        for layer in (l for l in layers if has_layer(groups[key][0], l)):
             found = [run_origins(r, layer) for r in groups[key]]
             steps = sorted(set.intersection(*(set(f) for f in found)))
             color = None

@@ -1,7 +1,10 @@
 """The harness around train.py's recipe: what a long run needs that the paper does not.
 
-`train.main` opens a `Run` and reads only five of its parts: `cfg` (a resumed run's own
-settings), `batches`, `start`, `steps` and `end_epoch`. None of them changes a step. Behind
+`train.main` opens a `Run` and reads nine of its parts: `cfg` (a resumed run's own
+settings), `device`, `batches`, `start` (the network to train), `epoch` (where a resumed run
+stands), `steps` (the epoch's batches), `sums` (the epoch's running loss, correct and images,
+which `train_epoch` adds to and `steps` reads between batches: the progress line, the NaN
+check, the save on Ctrl-C), `end_epoch` and `finish`. None of them changes a step. Behind
 them:
 - a run directory: config.json (the flags, the data's name and checksum, what computed it),
   metrics.jsonl (a line an epoch, with each attention layer's measures), heads.jsonl (the

@@ -1268,7 +1268,8 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held(tmp_path):
     text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])
     assert "| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 10.00 | 2.00 | 2.00 | 3.00 | 1.00 | 0.32 |" in text
     assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
-    assert not_blank(compare.origins_figure(compare.group(runs), [1], tmp_path))
+    assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
+    assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
     with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
         compare.run_origins(compare.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
 

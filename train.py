@@ -1,6 +1,6 @@
 """Train on CIFAR-10 with the paper's recipe (section 4.1, Appendix A.4).
 
-    python train.py --preset laptop                      # Fig. 2 on a CPU (README section 6)
+    python train.py --preset laptop                      # Fig. 2 on a CPU, in minutes (README)
     python train.py --encoding quadratic                 # the paper's run: 300 epochs (a GPU)
     python train.py --preset tiny --encoding learned     # a smoke run
     python train.py --resume runs/quadratic-paper        # continue exactly where a run stopped
@@ -13,7 +13,7 @@ checkpoints, resume, logs, stop signals, several processes) is harness.py's `Run
 lines that name `run` can be skipped on first reading. The presets and the command line
 close this file. What to expect: `--preset tiny` (2 layers, 20,000 images, 5 epochs) ended at
 0.449 test accuracy on CIFAR-10 (JPEG q75 copy) in 9 minutes on a 2-core CPU in fp32
-(RESULTS.md); the laptop preset's numbers are in README section 6.
+(RESULTS.md); the laptop preset's are in README.md.
 """
 import math
 import sys
@@ -207,7 +207,7 @@ PRESETS = {
     # steps instead of 150,000), from the paper's start, centers N(0, 2I), the heads' measures
     # every 100 steps. Ours: lr 0.05, since at A.4's 0.1 this small model's training loss
     # climbed; positional parameters at 10x the learning rate (their gradients are tiny next to
-    # the value weights'). The grid forms over 3,000-5,000 steps: README section 6's long run
+    # the value weights'). The grid forms over 3,000-5,000 steps: README's long run
     # adds --lr 0.02 --epochs 30 (at 0.05 for 15,000 steps the training loss climbed); with the
     # paper's --layers 6, layer 1 stays local (3x the time a step).
     "laptop": dict(layers=2, dim=64, ffn_dim=128, width=16, epochs=3, lr=0.05, position_lr=10.0,
