@@ -255,7 +255,7 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
             found = [run_origins(r, layer) for r in groups[key]]
             for step in (s for s in steps if all(s in f for f in found)):
                 at = [f[step] for f in found]
-                known = {name: [a[name] for a in at if not math.isnan(a[name])] for name in ["start_pixels"] + list(ORIGINS)}
+                known = {name: [a[name] for a in at if a[name] is not None] for name in ["start_pixels"] + list(ORIGINS)}
                 rows.append([label, str(len(at)), str(layer), f"{step:,}"] +
                             [cell(spread(v), 2) if v else "-" for v in known.values()])
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
@@ -267,7 +267,7 @@ def origins_figure(groups: dict, layers: list, out: Path) -> Path:
     nearest pixel at the start (dashed), and the heads on their own start's pixel; each
     experiment's mean over seeds with the min-max band."""
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    fig.suptitle("the heads against their start (central query); mean over seeds, min-max band", fontsize=9)
+    fig.suptitle("the heads against their start (central query); mean over seeds, min-max band", fontsize=9, y=1.08)
     panels = (("travel_mean",), ("alpha",), ("one_pixel", "already_nearest"), ("own_start",))
     for key, label in labels(groups).items():
         for layer in (l for l in layers if has_layer(groups[key][0], l)):
@@ -276,7 +276,7 @@ def origins_figure(groups: dict, layers: list, out: Path) -> Path:
             color = None
             for ax, names in zip(axes, panels):
                 for name, style in zip(names, ("-", "--")):
-                    columns = [[f[s][name] for f in found] for s in steps]
+                    columns = [[math.nan if f[s][name] is None else f[s][name] for f in found] for s in steps]
                     line, = ax.plot(steps, [statistics.fmean(c) for c in columns], style, lw=1.2, color=color,
                                     label=f"{label}, layer {layer} ({len(found)} seeds)" if style == "-" else None)
                     color = line.get_color()

@@ -181,10 +181,11 @@ def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> 
 
 
 def layer_travel(model: nn.Module, snapshots: list) -> list:
-    """`travel` of every layer with centers, from the first to the last heads.jsonl snapshot
-    (records.head_snapshot; None for a layer without centers)."""
+    """`travel` and `origins` of every layer with centers, from the first to the last
+    heads.jsonl snapshot (records.head_snapshot; None for a layer without centers)."""
     first, last = snapshots[0]["layers"], snapshots[-1]["layers"]
-    return [travel(layer, a, b) if "centers" in a else None for layer, a, b in zip(model.attention_layers, first, last)]
+    return [travel(layer, a, b) | origins(layer, a, b) if "centers" in a else None
+            for layer, a, b in zip(model.attention_layers, first, last)]
 
 
 def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
@@ -194,7 +195,8 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     distinct pixels, of which `already_nearest` were some head's nearest pixel at the start,
     `own_start` the heads on their own start's nearest pixel, `shared` the pixels two or more
     of them hold and `shared_start_gap` the mean start distance (px) between heads that share
-    one (nan: none shared). What training placed is what these leave out."""
+    one (None: none shared; `alpha` None for Gaussian heads). What training placed is what
+    these leave out."""
     begun = torch.tensor(start["centers"])  # [heads, 2]
     nearest = [tuple(int(v) for v in c) for c in begun.round().tolist()]
     sharp = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
@@ -205,9 +207,9 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
             for i, a in enumerate(heads) for b in heads[i + 1:]]
     moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)
     return {"travel_mean": moved.mean().item(),
-            "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else math.nan,
+            "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
             "start_pixels": len(set(nearest)), "one_pixel": len(holders),
             "already_nearest": sum(pixel in nearest for pixel in holders),
             "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),
             "shared": sum(len(heads) > 1 for heads in holders.values()),
-            "shared_start_gap": sum(gaps) / len(gaps) if gaps else math.nan}
+            "shared_start_gap": sum(gaps) / len(gaps) if gaps else None}

@@ -5,6 +5,7 @@ eq. 15 written out here, the paper's tables for parameter counts.
 """
 import copy
 import dataclasses
+import glob
 import hashlib
 import io
 import json
@@ -12,6 +13,8 @@ import math
 import os
 import pickle
 import random
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,6 +31,7 @@ import attention
 import bench
 import compare
 import data as data_lib
+import flags as flags_lib
 import model as model_lib
 import records
 import runtime
@@ -1260,7 +1264,7 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held(tmp_path):
     found = compare.run_origins(runs[0], 1)
     assert {k: v for k, v in found[0].items() if k != "shared_start_gap"} == dict(
         travel_mean=0.0, alpha=0.5, start_pixels=2, one_pixel=0, already_nearest=0, own_start=0, shared=0)
-    assert math.isnan(found[0]["shared_start_gap"])  # no pixel shared
+    assert found[0]["shared_start_gap"] is None  # no pixel shared
     moved = (math.hypot(0.1, 0.1) + math.hypot(0.2, 0.1) + math.hypot(0.1, 0.2)) / 3
     assert found[100] == pytest.approx(dict(travel_mean=moved, alpha=10.0, start_pixels=2, one_pixel=2, already_nearest=2,
                                             own_start=3, shared=1, shared_start_gap=math.sqrt(0.1)))
@@ -1348,7 +1352,8 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
-        "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled"}
+        "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
+        "alpha", "start_pixels", "already_nearest", "own_start", "shared", "shared_start_gap"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
@@ -1440,3 +1445,38 @@ def test_bench_quick_measures_every_encoding():
     for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
         step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
         assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
+
+
+# ---- The documentation: every command it shows runs on today's code -------------------------
+
+def documented_commands() -> list:
+    """(file, script, arguments) of every `python SCRIPT.py ...` in README.md and RESULTS.md:
+    in code blocks a line each, in inline code the whole span; the seed S (or $s) read as 0."""
+    found = []
+    for name in ("README.md", "RESULTS.md"):
+        text = (Path(__file__).parent / name).read_text()
+        for block, span in re.findall(r"```[a-z]*\n(.*?)```|`([^`]+)`", text, re.S):
+            for piece in re.split(r"\n|;|&&|\|", block or span.replace("\n", " ")):
+                command = re.search(r"python3? (\w+)\.py\b(.*)", piece.split(" #")[0].split(" >")[0])
+                if command:
+                    seed_0 = lambda a: "0" if a == "S" else re.sub(r"(?<=-s)S$|\$s", "0", a)  # --seed S, run-sS
+                    found.append((name, command.group(1), [seed_0(a) for a in shlex.split(command.group(2))]))
+    return found
+
+
+def test_every_documented_command_is_accepted_by_todays_code():
+    commands = documented_commands()
+    assert {script for _, script, _ in commands} >= {"prove", "model", "train", "visualize", "prune", "compare", "bench"}
+    scripts = dict(bench=bench, compare=compare, prove=prove, prune=prune_lib, visualize=viz, data=data_lib)
+    positional = dict(compare=("runs",), prune=("checkpoint",), visualize=("run",))
+    for name, script, argv in commands:
+        try:
+            if script == "train":
+                train_lib.check_config(train_lib.parse_config(argv))
+            elif script != "model":  # model.py takes no flags
+                module = scripts[script]
+                module.Config(**flags_lib.parse_flags(module.Config, module.__doc__, argv, positional.get(script, ())))
+        except (SystemExit, ValueError) as e:
+            pytest.fail(f"{name}: python {script}.py {' '.join(argv)}: {e}")
+        for path in (a for a in argv if a.startswith("results/")):  # a committed run or figure it names exists
+            assert glob.glob(str(Path(__file__).parent / path)), f"{name}: python {script}.py ...: no {path}"
