@@ -559,7 +559,7 @@ def test_no_network_gives_a_clear_message(tmp_path, monkeypatch):
     monkeypatch.setattr(data_lib.urllib.request, "urlopen", offline)
     with pytest.raises(data_lib.DataError, match=r"could not be downloaded.*Put cifar-10-python.tar.gz"):
         data_lib.load_cifar10(tmp_path / "empty")
-    with pytest.raises(data_lib.DataError, match=r"md5 0123, from http://mirror.example/c.tgz\).*README: Data"):
+    with pytest.raises(data_lib.DataError, match=r"md5 0123, from http://mirror.example/c.tgz\).*README: Set up"):
         data_lib.load_cifar10(tmp_path / "empty", md5="0123", url="http://mirror.example/c.tgz")
     assert not any((tmp_path / "empty").glob("*"))  # no partial download left behind
 
