@@ -50,7 +50,7 @@ class Precision:
     def unscale_or_skip(self, optimizer, args, kwargs):
         self.scaler.unscale_(optimizer)
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if not torch.stack([g.isfinite().all() for g in grads]).all():
+        if grads and not torch.stack([g.isfinite().all() for g in grads]).all():
             optimizer.zero_grad(set_to_none=True)  # SGD leaves a parameter without a gradient as it is
 
 
