@@ -1,7 +1,8 @@
 """A run's records: checkpoints, the per-epoch logs, and what computed them.
 
 A run directory holds config.json (the flags, and `environment`: commit, whether the tree
-had uncommitted changes, torch, device, the CPU with its matrix-unit class; a resumed run keeps
+had uncommitted changes, torch, device, the CPU with its matrix-unit class and any limit set on
+the instructions PyTorch may use; a resumed run keeps
 each earlier part's in `earlier_parts`), metrics.jsonl
 (a line an epoch), heads.jsonl (Figs. 2 and 5), steps.jsonl (with --log-every: the measures
 and heads every few steps) and checkpoint.pt (everything `--resume`
@@ -118,9 +119,14 @@ def keep_lines(path: Path, last: int, key: str = "epoch"):
 
 # ---- what computed a run -----------------------------------------------------------------
 
+# Environment variables that cap the instructions of ATen's kernels, oneDNN's and MKL's.
+INSTRUCTION_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def environment(device: torch.device) -> dict:
     """What a run record names: commit (and whether the tree had uncommitted changes), torch,
-    device and hardware (a CPU with its matrix-unit class)."""
+    device and hardware (a CPU with its matrix-unit class, and the instruction limits set for
+    PyTorch's kernels: how one CPU computes as an older class, RESULTS.md section 6)."""
     def git(*args) -> str:
         try:
             return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
@@ -130,9 +136,11 @@ def environment(device: torch.device) -> dict:
 
     commit = git("rev-parse", "--short", "HEAD")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "*.py")) if commit else None
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()})"
+    limits = "".join(f"; {name}={os.environ[name]}" for name in INSTRUCTION_LIMITS if name in os.environ)
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()}{limits})"
     return dict(commit=commit or "unknown", dirty=dirty, torch=torch.__version__, device=str(device),
                 hardware=hardware, cpu_threads=torch.get_num_threads())
+
 
 
 def cpuinfo(key: str) -> list:

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+import platform
 import random
 import re
 import shlex
@@ -968,9 +969,31 @@ def test_the_cpu_is_named_by_its_widest_matrix_unit(flags, name):
     assert records.cpu_class(flags) == name
 
 
-def test_this_cpu_is_recorded_with_its_class():
+def test_this_cpu_is_recorded_with_its_class(monkeypatch):
+    for name in records.INSTRUCTION_LIMITS:
+        monkeypatch.delenv(name, raising=False)
     hardware = records.environment(torch.device("cpu"))["hardware"]
     assert hardware.endswith(f"({records.cpu_class()})") and len(hardware) > len(" (unknown)")
+
+
+def test_a_limit_on_the_instructions_is_recorded_with_the_cpu(monkeypatch):
+    for name in records.INSTRUCTION_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    hardware = records.environment(torch.device("cpu"))["hardware"]
+    assert hardware.endswith(f"({records.cpu_class()}; ONEDNN_MAX_CPU_ISA=AVX2)")
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 instruction limits")
+def test_a_cpu_limited_to_avx2_gets_fp32():
+    """The real decision, not a faked speed-up: with PyTorch's kernels capped at AVX2, as on a CPU
+    without AVX512-BF16 or AMX, a bf16 product is no faster than fp32 and auto picks fp32."""
+    limits = dict(ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+    probe = "import torch, runtime; print(runtime.choose_precision(torch.device('cpu'))[1])"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).parent, env=os.environ | limits | {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("fp32: CPU bf16 product"), result.stdout
 
 
 def test_a_file_that_is_no_checkpoint_gets_one_clear_line(tmp_path):
