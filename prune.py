@@ -26,7 +26,7 @@ from harness import Autocast, pick_device
 from flags import option, parse_flags
 from model import count_parameters, model_from_config, paper_flops
 from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
-from runtime import Precision, TrainingError, fast_cpu_process
+from runtime import PRECISIONS, Precision, TrainingError, choose_precision, fast_cpu_process
 
 
 @dataclass
@@ -40,6 +40,9 @@ class Config:
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
     out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
+    precision: str = option("auto", "of the fine-tuning and the accuracies, as train.py's: auto is what this "
+                                    "machine computes natively, whatever the run trained in",
+                            choices=("auto",) + PRECISIONS)
     data_dir: str = option("", "CIFAR-10 folder for fine-tuning (default: the run's)")
 
 
@@ -107,7 +110,7 @@ def report(model, small, pruned: list, heads: list):
 
 
 def test_accuracy(models: list, cfg: train_lib.Config) -> list:
-    """Each model's test accuracy as train.py evaluates it: the run's data, normalization and precision."""
+    """Each model's test accuracy as train.py evaluates it, with cfg's data, normalization and precision."""
     _, test_set, mean, std = train_lib.load_data(cfg)
     device = pick_device(cfg.device)
     batches = Batches(test_set, cfg.eval_batch_size, mean, std, False, cfg.seed, device)
@@ -146,8 +149,10 @@ def prune(cfg: Config):
     if not any(pruned):
         print("no degenerate heads: nothing to prune, nothing saved")
         return None
+    precision, reason = ((cfg.precision, f"{cfg.precision}: --precision") if cfg.precision != "auto"
+                         else choose_precision(pick_device(cfg.device)))  # a bf16 run on an AVX2 CPU: fp32
     finetune = train_lib.Config(**config | dict(heads=heads, lr=config["lr"] / 10, epochs=cfg.epochs,
-                                                out=str(out), resume="", device=cfg.device,
+                                                out=str(out), resume="", device=cfg.device, precision=precision,
                                                 data_dir=cfg.data_dir or config["data_dir"]))
     out.mkdir(parents=True, exist_ok=True)
     atomic_save(checkpoint_dict(small, [], [], finetune, epoch=0), out / "checkpoint.pt")
@@ -157,7 +162,7 @@ def prune(cfg: Config):
     if cfg.finetune:
         before = test_accuracy([model, small], finetune)
         print(f"test accuracy {before[0]:.4f} -> {before[1]:.4f} pruned; fine-tuning {cfg.epochs} "
-              f"epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g}")
+              f"epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g} in {reason}")
         after = train_lib.main(train_lib.Config(resume=str(out), device=cfg.device))["test_acc"]  # from the saved start
         table_2([(path.parent.name, before[0], count_parameters(model), paper_flops(model)),
                  ("pruned", before[1], count_parameters(small), paper_flops(small)),

@@ -1150,15 +1150,29 @@ def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_ru
     checkpoint["model"] = model.state_dict()
     (tmp_path / "run").mkdir()
     torch.save(checkpoint, tmp_path / "run" / "checkpoint.pt")
-    prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu"))
+    prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu", precision="fp32"))
     out = capsys.readouterr().out
     before, pruned = prune_lib.test_accuracy([model, records.model_from_checkpoint(
         records.load_checkpoint(tmp_path / "run-pruned")[0])], finetune)  # its weights were fine-tuned since
-    assert f"test accuracy {before:.4f} -> " in out and "fine-tuning 1 epoch at lr 0.005" in out
+    assert f"test accuracy {before:.4f} -> " in out and "fine-tuning 1 epoch at lr 0.005 in fp32: --precision" in out
     table = out[out.index("\nmodel ") + 1:].splitlines()
     assert [line.split()[0] for line in table] == ["model", "run", "pruned", "pruned,"]
     assert [int(line.split()[-2].replace(",", "")) for line in table[1:]] == [model_lib.count_parameters(model)] + [
         model_lib.count_parameters(model) - 16 * 16 - 6] * 2
+
+
+def test_prune_finetunes_in_what_this_machine_computes_not_what_the_run_trained_in(gaussian_run, tmp_path, monkeypatch):
+    """A bf16 run pruned on a CPU without bf16 units (there a bf16 step ran about 10x slower than fp32: RESULTS.md) fine-tunes in fp32."""
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint)
+    force_degenerate(model, {(0, 2): "zero"})
+    torch.save(checkpoint | dict(model=model.state_dict(), config=checkpoint["config"] | dict(precision="bf16")),
+               tmp_path / "ckpt.pt")
+    monkeypatch.setattr(prune_lib, "choose_precision", lambda device: ("fp32", "fp32: CPU bf16 product 0.01x fp32"))
+    for precision, expected in (("auto", "fp32"), ("bf16", "bf16")):
+        out = prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False,
+                                               precision=precision, out=str(tmp_path / precision)))
+        assert records.load_checkpoint(out)[0]["config"]["precision"] == expected
 
 
 def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
