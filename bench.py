@@ -40,7 +40,7 @@ from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 from flags import option, parse_flags
 from model import build_model, counted_flops
 from records import environment
-from runtime import fast_cpu_process
+from runtime import choose_precision, fast_cpu_process
 
 
 @dataclass
@@ -194,10 +194,13 @@ def training_step(net, batch: int, device):
 
 def bench_models(device, cfg: Config) -> list:
     """Each row times its fp32 and bf16 steps beside the two matrix-product peaks, so that
-    utilization divides numbers measured side by side."""
-    dtypes = (torch.float32, torch.bfloat16)
+    utilization divides numbers measured side by side. bf16 only where the device computes it
+    natively (runtime.choose_precision): without bf16 units a bf16 step of the 6-layer model
+    ran about 10x slower than fp32 (RESULTS.md), and these rows would take hours."""
+    precision, reason = choose_precision(device)
+    dtypes = (torch.float32, torch.bfloat16) if precision == "bf16" else (torch.float32,)
     peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else 2048) for d in dtypes}
-    rows = []
+    rows = [] if precision == "bf16" else [dict(device=str(device), kind="untimed", name="bfloat16", reason=reason)]
     for row, name, overrides, batch in model_sizes(cfg.quick):
         torch.manual_seed(0)
         model = build_model(name, **overrides).to(device)
@@ -218,14 +221,18 @@ def bench_models(device, cfg: Config) -> list:
 def peaks(rows: list, device: str) -> dict:
     """{precision: the fastest matrix product timed beside any model row}, FLOP/s."""
     models = [r for r in rows if r["device"] == device and r["kind"] == "model"]
-    return {p: max(r["peak_flop_per_s"] for r in models if r["precision"] == p) for p in ("float32", "bfloat16")}
+    return {p: max(r["peak_flop_per_s"] for r in models if r["precision"] == p)
+            for p in dict.fromkeys(r["precision"] for r in models)}
 
 
 def print_tables(rows: list, hardware: dict):
     for device in dict.fromkeys(r["device"] for r in rows):
         p = peaks(rows, device)
+        untimed = [r for r in rows if r["device"] == device and r["kind"] == "untimed"]
+        bf16 = (f"bf16 {p['bfloat16'] / 1e9:.0f} GFLOP/s ({p['bfloat16'] / p['float32']:.1f}x)" if "bfloat16" in p
+                else f"bf16 not timed ({untimed[0]['reason']})")
         print(f"\nMatrix-product peak on {device} ({hardware[device]}): fp32 {p['float32'] / 1e9:.0f} GFLOP/s, "
-              f"bf16 {p['bfloat16'] / 1e9:.0f} GFLOP/s ({p['bfloat16'] / p['float32']:.1f}x), the best of the rows below")
+              f"{bf16}, the best of the rows below")
         layer = [r for r in rows if r["device"] == device and r["kind"] == "layer"]
         print(f"\nLayer forward + backward on {device}, batch {layer[0]['batch']} "
               f"(memory: {'peak allocated' if device.startswith('cuda') else 'tensors saved for backward'})")
@@ -245,9 +252,14 @@ def print_tables(rows: list, hardware: dict):
               "over the peak of the precision, the matrix product timed beside the row (GFLOP/s)")
         print(f"{'model':<24}{'batch':>6}{'GFLOP/img':>11}{'fp32 img/s':>12}{'util':>6}{'peak':>6}"
               f"{'bf16 img/s':>12}{'util':>6}{'peak':>6}")
-        for fp32, bf16 in zip(models[::2], models[1::2]):
-            print(f"{fp32['name']:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}" + "".join(
-                f"{r['images_per_s']:>12.0f}{r['utilization']:>6.0%}{r['peak_flop_per_s'] / 1e9:>6.0f}" for r in (fp32, bf16)))
+        by_name = {}  # name -> {precision: row}
+        for r in models:
+            by_name.setdefault(r["name"], {})[r["precision"]] = r
+        for name, row in by_name.items():
+            fp32 = row["float32"]
+            print(f"{name:<24}{fp32['batch']:>6}{fp32['gflop_per_image']:>11.3f}" + "".join(
+                f"{r['images_per_s']:>12.0f}{r['utilization']:>6.0%}{r['peak_flop_per_s'] / 1e9:>6.0f}" if r else
+                f"{'-':>12}{'':>12}" for r in (fp32, row.get("bfloat16"))))
 
 
 def main():

@@ -1466,7 +1466,7 @@ def test_every_script_flushes_subnormals_in_every_thread(script, entry, stub):
     assert 0 < nonzero("parallel work first") < 2**20  # the worker thread kept its subnormals
 
 
-def test_bench_quick_measures_every_encoding():
+def test_bench_quick_measures_every_encoding(monkeypatch):
     threads = torch.get_num_threads()
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
@@ -1475,6 +1475,7 @@ def test_bench_quick_measures_every_encoding():
     (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
     assert torch.get_num_threads() == threads  # restored after its one-thread measurement
+    monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
     assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]
@@ -1482,6 +1483,16 @@ def test_bench_quick_measures_every_encoding():
     for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
         step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
         assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
+
+
+def test_bench_times_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "choose_precision", lambda device: ("fp32", "fp32: CPU bf16 product 0.01x fp32"))
+    rows = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert {r.get("precision") for r in rows} == {"float32", None}
+    bench.print_tables(rows + bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1)), {"cpu": "a CPU"})
+    out = capsys.readouterr().out
+    assert "bf16 not timed (fp32: CPU bf16 product 0.01x fp32)" in out
+    assert len([line for line in out.splitlines() if line.startswith("tiny ") and line.split()[-1] == "-"]) == 3
 
 
 # ---- The documentation: every command it shows runs on today's code -------------------------
