@@ -11,7 +11,8 @@ its block of the value projection Linear(heads * D, D), so parameters and FLOPs 
 shrink. The pruned model is saved as a checkpoint that train.py, visualize.py and
 model.build_model load like any other, then fine-tuned with train.py's loop "a few epochs"
 at "a smaller learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr
-0.01, cosine with 5% warm-up, are the authors' code's.
+0.01, cosine with 5% warm-up, are the authors' code's. The fine-tuning is a new run: it
+computes in what this machine computes natively (--precision auto), not in the run's precision.
 """
 import json
 import sys

@@ -1,12 +1,11 @@
 """A run's records: checkpoints, the per-epoch logs, and what computed them.
 
 A run directory holds config.json (the flags, and `environment`: commit, whether the tree
-had uncommitted changes, torch, device, the CPU with its matrix-unit class and any limit set on
-the instructions PyTorch may use; a resumed run keeps
-each earlier part's in `earlier_parts`), metrics.jsonl
-(a line an epoch), heads.jsonl (Figs. 2 and 5), steps.jsonl (with --log-every: the measures
-and heads every few steps) and checkpoint.pt (everything `--resume`
-needs to continue exactly).
+had uncommitted changes, torch, device, the CPU with its matrix-unit class and any cap set on
+PyTorch's instructions; a resumed run keeps each earlier part's in `earlier_parts`),
+metrics.jsonl (a line an epoch), heads.jsonl (Figs. 2 and 5), steps.jsonl (with --log-every:
+the measures and heads every few steps) and checkpoint.pt (everything `--resume` needs to
+continue exactly).
 """
 import dataclasses
 import json
