@@ -51,6 +51,7 @@ LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel"
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
 MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)
 ORIGINS = {"travel_mean": "travel from the start, px", "alpha": "median alpha",
+           "wide": f"heads with alpha below {measures.WIDE}",
            "one_pixel": "distinct pixels of one-pixel heads",
            "already_nearest": "of those, a head's nearest pixel at the start",
            "own_start": "one-pixel heads on their own start's nearest pixel",

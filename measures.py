@@ -29,6 +29,7 @@ from torch import nn
 from attention import SelfAttention2d
 
 ONE_PIXEL = 0.5  # a head is one-pixel when it puts at least this much probability on one key
+WIDE = 0.2  # a quadratic head is wide, near a global average, when its alpha falls below this
 
 
 def central_probs(layer: SelfAttention2d, x: torch.Tensor = None) -> torch.Tensor:
@@ -190,13 +191,13 @@ def layer_travel(model: nn.Module, snapshots: list) -> list:
 
 def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     """Between the start's snapshot and `now` (heads.jsonl or steps.jsonl heads with centers):
-    `travel_mean` (px) and the heads' median `alpha` now (quadratic); `start_pixels`, the
-    distinct pixels nearest to the start's centers; the one-pixel heads now, `one_pixel` their
-    distinct pixels, of which `already_nearest` were some head's nearest pixel at the start,
-    `own_start` the heads on their own start's nearest pixel, `shared` the pixels two or more
-    of them hold and `shared_start_gap` the mean start distance (px) between heads that share
-    one (None: none shared; `alpha` None for Gaussian heads). What training placed is what
-    these leave out."""
+    `travel_mean` (px), the heads' median `alpha` now and `wide`, how many have alpha below
+    WIDE (both None for Gaussian heads); `start_pixels`, the distinct pixels nearest to the
+    start's centers; the one-pixel heads now, `one_pixel` their distinct pixels, of which
+    `already_nearest` were some head's nearest pixel at the start, `own_start` the heads on
+    their own start's nearest pixel, `shared` the pixels two or more of them hold and
+    `shared_start_gap` the mean start distance (px) between heads that share one (None: none
+    shared). What training placed is what these leave out."""
     begun = torch.tensor(start["centers"])  # [heads, 2]
     nearest = [tuple(int(v) for v in c) for c in begun.round().tolist()]
     sharp = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
@@ -208,6 +209,7 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)
     return {"travel_mean": moved.mean().item(),
             "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
+            "wide": sum(a < WIDE for a in now["alpha"]) if "alpha" in now else None,
             "start_pixels": len(set(nearest)), "one_pixel": len(holders),
             "already_nearest": sum(pixel in nearest for pixel in holders),
             "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),

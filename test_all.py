@@ -1290,27 +1290,30 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held(tmp_path):
     # At step 100 they sit on (0, 1), (1, 0), (1, 0) with alpha 10 (one-pixel heads): 2 distinct
     # pixels, both a start's nearest, all 3 heads on their own; (1, 0) shared by heads that began
     # |(1.2, -0.1) - (1.1, 0.2)| = sqrt(0.1) px apart. At step 200 head 0 moved to (-1, -1): a
-    # pixel no head began nearest to. Alpha 0.5 at the start: no one-pixel head.
+    # pixel no head began nearest to. Alpha 0.5 at the start: no one-pixel head. At step 300 heads
+    # 0 and 2 widen to alpha 0.1 and 0.2: one is below WIDE = 0.2.
     start = [[0.1, 0.9], [1.2, -0.1], [1.1, 0.2]]
     later = {100: [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], 200: [[-1.0, -1.0], [1.0, 0.0], [1.0, 0.0]]}
     runs = []
     for seed in (0, 1):
         run = write_run(tmp_path / f"s{seed}", seed, [0.3], layers=1, heads=3, dim=6, ffn_dim=6)
-        heads = {0: dict(centers=start, alpha=[0.5] * 3)} | {s: dict(centers=c, alpha=[10.0, 10.0, 20.0]) for s, c in later.items()}
+        heads = ({0: dict(centers=start, alpha=[0.5] * 3)} | {s: dict(centers=c, alpha=[10.0, 10.0, 20.0]) for s, c in later.items()}
+                 | {300: dict(centers=later[200], alpha=[0.1, 10.0, 0.2])})
         (run / "steps.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": None, "layers": [{}], "heads": [h]}) + "\n"
                                                  for s, h in heads.items()))
         runs.append(compare.load_run(run))
     found = compare.run_origins(runs[0], 1)
     assert {k: v for k, v in found[0].items() if k != "shared_start_gap"} == dict(
-        travel_mean=0.0, alpha=0.5, start_pixels=2, one_pixel=0, already_nearest=0, own_start=0, shared=0)
+        travel_mean=0.0, alpha=0.5, wide=0, start_pixels=2, one_pixel=0, already_nearest=0, own_start=0, shared=0)
     assert found[0]["shared_start_gap"] is None  # no pixel shared
     moved = (math.hypot(0.1, 0.1) + math.hypot(0.2, 0.1) + math.hypot(0.1, 0.2)) / 3
-    assert found[100] == pytest.approx(dict(travel_mean=moved, alpha=10.0, start_pixels=2, one_pixel=2, already_nearest=2,
+    assert found[100] == pytest.approx(dict(travel_mean=moved, alpha=10.0, wide=0, start_pixels=2, one_pixel=2, already_nearest=2,
                                             own_start=3, shared=1, shared_start_gap=math.sqrt(0.1)))
     assert found[200]["one_pixel"] == 2 and found[200]["already_nearest"] == 1 and found[200]["own_start"] == 2
+    assert found[300]["wide"] == 1 and found[300]["one_pixel"] == 1  # only head 1 still sharp
     text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])
-    assert "| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 10.00 | 2.00 | 2.00 | 3.00 | 1.00 | 0.32 |" in text
-    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    assert "| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 10.00 | 0.00 | 2.00 | 2.00 | 3.00 | 1.00 | 0.32 |" in text
+    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
     assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
     assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
     with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
@@ -1392,7 +1395,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
         "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
-        "alpha", "start_pixels", "already_nearest", "own_start", "shared", "shared_start_gap"}
+        "alpha", "wide", "start_pixels", "already_nearest", "own_start", "shared", "shared_start_gap"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
