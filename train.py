@@ -28,7 +28,7 @@ from flags import option, parse_flags
 from harness import Run
 from measures import head_overlap
 from model import MODELS, model_from_config
-from runtime import PRECISIONS, Stop, TrainingError, fast_cpu_process
+from runtime import PRECISIONS, Stop, TrainingError, exit_process, fast_cpu_process
 
 
 @dataclass
@@ -276,14 +276,17 @@ def check_config(cfg: Config):
 
 def command_line():
     fast_cpu_process()  # before any parallel work
+    code = 0
     try:
         main(parse_config())
     except (data_lib.DataError, TrainingError, FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        code = 1
     except Stop as e:
-        sys.exit(128 + e.signum)
+        code = 128 + e.signum
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    exit_process(code)  # several processes: without the teardown that aborts Gloo's threads
 
 
 if __name__ == "__main__":
