@@ -36,6 +36,7 @@ from scipy import stats
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+import data as data_lib
 import measures
 import visualize
 from measures import layer_measures
@@ -44,17 +45,21 @@ from flags import option, parse_flags
 from model import model_from_config
 from records import head_snapshot
 from train import Config as TrainConfig
-from train import applies
+from train import applies, warmup_cosine
 
 NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "earlier_parts", "log_every"}
 LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")
 MEASURES = LAYER_MEASURES + ("travel_mean", "travelled") + tuple(f"start_{k}" for k in LAYER_MEASURES)
-ORIGINS = {"travel_mean": "travel from the start, px", "alpha": "median alpha",
-           "wide": f"heads with alpha below {measures.WIDE}",
+ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all heads, px",
+           "travel_one_pixel": "travel of the one-pixel heads, px",
+           "path": "path: distances from logged step to step, summed; mean over all heads, px",
+           "alpha": "median alpha", "wide": f"heads with alpha below {measures.WIDE}",
            "one_pixel": "distinct pixels of one-pixel heads",
-           "already_nearest": "of those, a head's nearest pixel at the start",
+           "already_nearest": "of those, a head's nearest pixel at its own start",
+           "already_nearest_other": "chance: the same against another seed's start",
            "own_start": "one-pixel heads on their own start's nearest pixel",
+           "own_start_chance": "chance: the start's pixels dealt to the heads at random",
            "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
 CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of one-pixel heads",
           "sides": "sides of the query holding one", "inside_3x3": "those pixels in the 3x3 window",
@@ -73,6 +78,9 @@ class Config:
                       nargs="*", type=int)
     origins: list = option([], "layers whose heads to follow from the start (measures.origins): a table at the "
                                "--at steps, and with --out a figure against steps", nargs="*", type=int)
+    origins_x: str = option("step", "the origins figure's x-axis: steps, or the centers' learning rate summed over "
+                                    "them (runs with another --position-lr side by side)",
+                            choices=["step", "position_lr"])
 
 
 def load_run(path) -> dict:
@@ -230,13 +238,30 @@ def steps_table(groups: dict, steps: list, layer: int) -> str:
 
 
 def run_origins(run: dict, layer: int) -> dict:
-    """{step: measures.origins of `layer` (1-based) at that step against step 0} of a run
-    whose steps.jsonl holds the layer's heads with centers."""
+    """{step: measures.origins of `layer` (1-based) at that step against step 0, with `path`,
+    the heads' mean path (measures.path_length) over the logged steps up to it} of a run whose
+    steps.jsonl holds the layer's heads with centers."""
     if not has_layer(run, layer):
         raise ValueError(f"{run['path']} logged no heads with centers for layer {layer} at step 0 (train.py --log-every)")
     shape = model_from_config(with_defaults(run["config"])).attention_layers[layer - 1]  # positions only: centers and alpha
-    start = run["heads"][0][layer - 1]
-    return {step: measures.origins(shape, start, heads[layer - 1]) for step, heads in sorted(run["heads"].items())}
+    steps, logged = zip(*((step, heads[layer - 1]) for step, heads in sorted(run["heads"].items())))
+    paths = np.cumsum([0.0] + [statistics.fmean(measures.path_length(pair)) for pair in zip(logged, logged[1:])])
+    return {step: measures.origins(shape, logged[0], now) | {"path": float(path)}
+            for step, now, path in zip(steps, logged, paths)}
+
+
+def group_origins(members: list, layer: int) -> list:
+    """run_origins of each run of an experiment, with `already_nearest_other`: the chance level
+    of `already_nearest`, the run's one-pixel pixels held by another seed's start, averaged over
+    the other seeds (every ordered pair; None for an experiment of one seed)."""
+    found = [run_origins(r, layer) for r in members]
+    starts = [measures.nearest_pixels(r["heads"][0][layer - 1]) for r in members]
+    for i, steps in enumerate(found):
+        others = [s for j, s in enumerate(starts) if j != i]
+        for at in steps.values():
+            at["already_nearest_other"] = statistics.fmean(measures.held(at["pixels"], s) for s in others) \
+                if others else None
+    return found
 
 
 def has_layer(run: dict, layer: int) -> bool:
@@ -247,13 +272,13 @@ def has_layer(run: dict, layer: int) -> bool:
 
 def origins_table(groups: dict, steps: list, layers: list) -> str:
     """Markdown: a row an experiment, layer and step; ORIGINS there (and the start's nearest
-    pixels), mean (min-max) over the seeds where it is defined (the start gap: seeds with a
-    shared pixel; "-": none)."""
+    pixels), each a count per seed: mean (min-max) over the seeds where it is defined (the
+    start gap: seeds with a shared pixel; "-": none), never a sum over seeds."""
     rows = [["experiment", "seeds", "layer", "step", "start's nearest pixels"] + list(ORIGINS.values())]
     rows.append(["---"] * len(rows[0]))
     for key, label in labels(groups).items():
         for layer in (l for l in layers if has_layer(groups[key][0], l)):  # a deeper layer: deeper models only
-            found = [run_origins(r, layer) for r in groups[key]]
+            found = group_origins(groups[key], layer)
             for step in (s for s in steps if all(s in f for f in found)):
                 at = [f[step] for f in found]
                 known = {name: [a[name] for a in at if a[name] is not None] for name in ["start_pixels"] + list(ORIGINS)}
@@ -262,37 +287,52 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
-def origins_figure(groups: dict, layers: list, out: Path) -> Path:
-    """What training did against what the start placed, per layer against steps: travel,
-    median alpha, the one-pixel heads' distinct pixels beside those that were already a head's
-    nearest pixel at the start (dashed), and the heads on their own start's pixel; each
+def position_lr_sum(config: dict, steps: list) -> list:
+    """The centers' learning rate summed over the steps before each of `steps` (lr times
+    --position-lr times the warm-up and cosine factor): how far a run's schedule let its
+    centers move, to set runs with another --position-lr, --lr or length side by side."""
+    config = with_defaults(config)
+    per_epoch = (config["subset"] or data_lib.TRAIN_IMAGES[config["dataset"]]) // config["batch_size"]
+    factor = warmup_cosine(config["epochs"] * per_epoch, config["warmup"])
+    rate = np.cumsum([0.0] + [config["lr"] * config["position_lr"] * factor(t) for t in range(max(steps))])
+    return [float(rate[s]) for s in steps]
+
+
+def origins_figure(groups: dict, layers: list, out: Path, x: str = "step") -> Path:
+    """What training did against what the start placed, per layer, against steps (or, x =
+    "position_lr", the centers' summed learning rate): travel (dashed: the one-pixel heads'),
+    path, median alpha, the one-pixel heads' distinct pixels beside those that were already a
+    head's nearest pixel at the start (dashed) and the same against another seed's start
+    (dotted: chance), and the heads on their own start's pixel beside its chance (dotted); each
     experiment's mean over seeds with the min-max band."""
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    fig.suptitle("the heads against their start (central query); mean over seeds, min-max band", fontsize=9, y=1.08)
-    panels = (("travel_mean",), ("alpha",), ("one_pixel", "already_nearest"), ("own_start",))
+    panels = (("travel_mean", "travel_one_pixel"), ("path",), ("alpha",),
+              ("one_pixel", "already_nearest", "already_nearest_other"), ("own_start", "own_start_chance"))
+    titles = ("travel from the start, px;\ndashed: the one-pixel heads'", "path, step to step, px", "median alpha (log)",
+              "one-pixel heads' distinct pixels; dashed: of those,\na head's nearest at the start; dotted: another seed's",
+              "one-pixel heads on their own start's pixel;\ndotted: the start's pixels dealt at random")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
+    fig.suptitle("the heads against their start (central query); per seed, mean over seeds, min-max band", fontsize=9, y=1.08)
     for key, label in labels(groups).items():
         for layer in (l for l in layers if has_layer(groups[key][0], l)):
-            found = [run_origins(r, layer) for r in groups[key]]
+            found = group_origins(groups[key], layer)
             steps = sorted(set.intersection(*(set(f) for f in found)))
+            where = steps if x == "step" else position_lr_sum(groups[key][0]["config"], steps)
             color = None
             for ax, names in zip(axes, panels):
-                for name, style in zip(names, ("-", "--")):
+                for name, style in zip(names, ("-", "--", ":")):
                     columns = [[math.nan if f[s][name] is None else f[s][name] for f in found] for s in steps]
-                    line, = ax.plot(steps, [statistics.fmean(c) for c in columns], style, lw=1.2, color=color,
+                    line, = ax.plot(where, [statistics.fmean(c) for c in columns], style, lw=1.2, color=color,
                                     label=f"{label}, layer {layer} ({len(found)} seeds)" if style == "-" else None)
                     color = line.get_color()
-                    ax.fill_between(steps, [min(c) for c in columns], [max(c) for c in columns], color=color, alpha=0.15)
-    titles = ("heads' travel from the start, px", "median alpha (log)",
-              "one-pixel heads' distinct pixels;\ndashed: of those, a head's nearest pixel at the start",
-              "one-pixel heads on their own start's nearest pixel")
+                    ax.fill_between(where, [min(c) for c in columns], [max(c) for c in columns], color=color, alpha=0.15)
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set_xlabel("step" if x == "step" else "centers' learning rate summed over the steps")
         ax.grid(alpha=0.3)
-    axes[1].set_yscale("log")
+    axes[2].set_yscale("log")
     axes[0].legend(fontsize=6)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"origins_layers{'-'.join(map(str, layers))}.png"
+    path = out / f"origins_layers{'-'.join(map(str, layers))}{'' if x == 'step' else '_' + x}.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -513,7 +553,7 @@ def main():
         if cfg.out:
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
             if cfg.origins:
-                print(f"wrote {origins_figure(groups, cfg.origins, Path(cfg.out))}")
+                print(f"wrote {origins_figure(groups, cfg.origins, Path(cfg.out), cfg.origins_x)}")
             runs = [r for g in groups.values() for r in g]
             for figure, of in ((steps_figure, groups), (grids_figure, runs), (maps_figure, runs)):
                 try:

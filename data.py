@@ -142,7 +142,10 @@ def load_cifar10(data_dir="data", md5: str = MD5, url: str = URL) -> tuple:
     return train, read_batch(folder / "test_batch")
 
 
-def make_synthetic(n_train: int = 10000, n_test: int = 2000, seed: int = 0) -> tuple:
+TRAIN_IMAGES = {"cifar10": 50_000, "synthetic": 10_000}  # the training split of each dataset
+
+
+def make_synthetic(n_train: int = TRAIN_IMAGES["synthetic"], n_test: int = 2000, seed: int = 0) -> tuple:
     """(train, test) Splits of tiled 4 x 4 motifs, one motif per class (see the module docstring)."""
     g = torch.Generator().manual_seed(seed)
     motifs, seen = [], set()

@@ -18,7 +18,9 @@ Every measure looks at the central query of the grid, as the paper's figures do.
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
 - overlap: how alike the heads' probabilities are (train.py's --overlap penalizes it).
 - origins: against the start, where the one-pixel heads' pixels came from: how many were
-  already a head's nearest pixel at the start, and how far apart heads sharing a pixel began.
+  already a head's nearest pixel at the start, and how far apart heads sharing a pixel began;
+  each count beside its chance level (another start, or the start's pixels permuted).
+- path_length: how far the centers wandered, step to step, beside their net travel.
 """
 import copy
 import math
@@ -183,35 +185,62 @@ def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> 
 
 def layer_travel(model: nn.Module, snapshots: list) -> list:
     """`travel` and `origins` of every layer with centers, from the first to the last
-    heads.jsonl snapshot (records.head_snapshot; None for a layer without centers)."""
-    first, last = snapshots[0]["layers"], snapshots[-1]["layers"]
-    return [travel(layer, a, b) | origins(layer, a, b) if "centers" in a else None
-            for layer, a, b in zip(model.attention_layers, first, last)]
+    heads.jsonl snapshot (records.head_snapshot; None for a layer without centers), and
+    `path_mean`, the heads' mean path over the snapshots (path_length)."""
+    layers = list(zip(*(s["layers"] for s in snapshots)))  # [layer][snapshot]
+    return [travel(layer, seen[0], seen[-1]) | origins(layer, seen[0], seen[-1])
+            | {"path_mean": sum(path_length(seen)) / len(seen[0]["centers"])} if "centers" in seen[0] else None
+            for layer, seen in zip(model.attention_layers, layers)]
+
+
+def nearest_pixels(start: dict) -> list:
+    """Each head's nearest integer shift (row, col) to its center in a snapshot."""
+    return [tuple(int(v) for v in c) for c in torch.tensor(start["centers"]).round().tolist()]
 
 
 def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
-    """Between the start's snapshot and `now` (heads.jsonl or steps.jsonl heads with centers):
-    `travel_mean` (px), the heads' median `alpha` now and `wide`, how many have alpha below
-    WIDE (both None for Gaussian heads); `start_pixels`, the distinct pixels nearest to the
-    start's centers; the one-pixel heads now, `one_pixel` their distinct pixels, of which
-    `already_nearest` were some head's nearest pixel at the start, `own_start` the heads on
-    their own start's nearest pixel, `shared` the pixels two or more of them hold and
-    `shared_start_gap` the mean start distance (px) between heads that share one (None: none
-    shared). What training placed is what these leave out."""
+    """Between the start's snapshot and `now` (heads.jsonl or steps.jsonl heads with centers).
+
+    How far the heads went: `travel_mean`, the net distance |c_now - c_start| (px) averaged
+    over every head, and `travel_one_pixel` over the heads one-pixel now (None: none); their
+    median `alpha` now and `wide`, how many have alpha below WIDE (both None for Gaussian heads).
+    What the start held: `start_pixels`, the distinct pixels nearest to the start's centers;
+    the one-pixel heads now, `pixels` their distinct pixels (`one_pixel` of them), of which
+    `already_nearest` were some head's nearest pixel at the start; `own_start` the heads on
+    their own start's nearest pixel, and `own_start_chance` its expectation were the start's
+    pixels dealt to the heads at random (a uniform permutation: exact); `shared` the pixels two
+    or more of them hold and `shared_start_gap` the mean start distance (px) between heads that
+    share one (None: none shared). The chance level of `already_nearest` needs another start:
+    `held(pixels, nearest_pixels(other_start))` (compare.py: another seed's)."""
     begun = torch.tensor(start["centers"])  # [heads, 2]
-    nearest = [tuple(int(v) for v in c) for c in begun.round().tolist()]
+    nearest = nearest_pixels(start)
     sharp = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
     holders = {}
     for h, pixel in sharp.items():
         holders.setdefault(pixel, []).append(h)
     gaps = [(begun[a] - begun[b]).norm().item() for heads in holders.values() if len(heads) > 1
             for i, a in enumerate(heads) for b in heads[i + 1:]]
-    moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)
+    moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)  # [heads]
     return {"travel_mean": moved.mean().item(),
+            "travel_one_pixel": moved[list(sharp)].mean().item() if sharp else None,
             "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
             "wide": sum(a < WIDE for a in now["alpha"]) if "alpha" in now else None,
-            "start_pixels": len(set(nearest)), "one_pixel": len(holders),
-            "already_nearest": sum(pixel in nearest for pixel in holders),
+            "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
+            "already_nearest": held(holders, nearest),
             "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),
+            "own_start_chance": sum(nearest.count(pixel) for pixel in sharp.values()) / len(nearest),
             "shared": sum(len(heads) > 1 for heads in holders.values()),
             "shared_start_gap": sum(gaps) / len(gaps) if gaps else None}
+
+
+def held(pixels, nearest: list) -> int:
+    """How many of the distinct `pixels` are among a start's `nearest` pixels."""
+    return len(set(pixels) & set(nearest))
+
+
+def path_length(snapshots: list) -> list:
+    """Each head's path in pixels over a sequence of snapshots (centers): the distances from
+    one snapshot to the next, summed. Beside the net travel it says how much the centers
+    wandered: a head that jitters in place has a long path and a short travel."""
+    centers = torch.tensor([s["centers"] for s in snapshots])  # [snapshots, heads, 2]
+    return (centers[1:] - centers[:-1]).norm(dim=2).sum(0).tolist()

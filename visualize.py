@@ -254,11 +254,12 @@ def print_measures(found: list, out: Path):
               f"({m['inside_3x3']} in the 3x3 window, {m['inside_5x5']} in the 5x5), {m['ring']} of the 8 around the "
               f"query, on {m['sides']} of its 4 sides" + (f"; coverage {m['coverage']}" if "coverage" in m else "")
             + (f"; centers {m['distance']:.2f} px from the query on average" if "distance" in m else "")
-            + (f"\n           travel from the start: mean {m['travel_mean']:.2f} px, max {m['travel_max']:.2f} px; "
-               f"{m['travelled']} one-pixel heads moved 1 px or more\n           the start: nearest to "
-               f"{m['start_pixels']} distinct pixels; of the one-pixel heads' {m['one_pixel']} pixels, "
-               f"{m['already_nearest']} were a head's nearest then, and {m['own_start']} heads sit on their own"
-               if "travel" in m else ""))
+            + (f"\n           travel (net distance from the start): mean {m['travel_mean']:.2f} px, max "
+               f"{m['travel_max']:.2f} px; path (summed epoch to epoch) {m['path_mean']:.2f} px; {m['travelled']} "
+               f"one-pixel heads moved 1 px or more\n           the start: nearest to {m['start_pixels']} distinct "
+               f"pixels; of the one-pixel heads' {m['one_pixel']} pixels, {m['already_nearest']} were a head's nearest "
+               f"then; {m['own_start']} one-pixel heads sit on their own start's nearest pixel (chance, the start's "
+               f"pixels dealt at random: {m['own_start_chance']:.1f})" if "travel" in m else ""))
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
