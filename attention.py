@@ -1,6 +1,6 @@
 """Multi-head self-attention over a pixel grid with relative positional encodings.
 
-Paper sections 2-3 (eqs. 1-15), A.1 (eq. 16) and 4.3. `python attention.py` runs every
+Paper sections 2-3 (eqs. 1-14), A.1 (eqs. 15-16) and 4.3. `python attention.py` runs every
 encoding through the paper's layer and the fast one and prints their largest difference:
 float32 round-off, 0 to 4e-7.
 

@@ -30,6 +30,7 @@ is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter,
 bytes of tensors saved for the backward pass (the activation memory a training step holds).
 """
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -38,6 +39,7 @@ import torch.nn.functional as F
 
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 from flags import option, parse_flags
+from harness import pick_device
 from model import build_model, counted_flops
 from records import environment
 from runtime import choose_precision, fast_cpu_process
@@ -163,15 +165,20 @@ def bench_subnormals(device, cfg: Config) -> list:
                  flushed_s=s["flushed"], speedup=s["computed"] / s["flushed"])]
 
 
-def model_sizes(quick: bool) -> list:
-    """(row name, build_model name, overrides, batch) of every model row."""
+def model_sizes(quick: bool, gpu: bool = False) -> list:
+    """(row name, build_model name, overrides, batch) of every model row: the paper-size rows at
+    batch 16 on a CPU, at A.4's 100 on a GPU; there the paper's model also as train.py runs A.4's
+    recipe, with dropout 0.1 on the attention probabilities (the authors' code)."""
     tiny = dict(layers=1, dim=16, ffn_dim=16, heads=4) if quick else dict(layers=2, dim=64, ffn_dim=128)
     block = dict(layers=1, dim=32, ffn_dim=32, heads=4) if quick else dict(layers=1, dim=400, ffn_dim=512)
     fast = dict(attention_dropout=0.0, layer=FastSelfAttention2d)  # the network as train.py runs it
     rows = [(f"tiny {e}", e, tiny | fast, 4 if quick else 100) for e in ("quadratic", "gaussian", "learned")]
-    rows += [(f"paper block {e}", e, block | fast, 4 if quick else 16) for e in ("quadratic", "learned", "sinusoidal")]
+    big = 4 if quick else 100 if gpu else 16
+    rows += [(f"paper block {e}", e, block | fast, big) for e in ("quadratic", "learned", "sinusoidal")]
     paper = block | dict(layers=2) if quick else {}  # the 6 blocks of section 4.1
-    rows += [("paper model quadratic", "quadratic", paper | fast, 4 if quick else 16)]
+    rows += [("paper model quadratic", "quadratic", paper | fast, big)]
+    if gpu:
+        rows += [("paper model, A.4's dropout", "quadratic", paper | dict(layer=FastSelfAttention2d), big)]
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
 
@@ -201,7 +208,7 @@ def bench_models(device, cfg: Config) -> list:
     dtypes = (torch.float32, torch.bfloat16) if precision == "bf16" else (torch.float32,)
     peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else 2048) for d in dtypes}
     rows = [] if precision == "bf16" else [dict(device=str(device), kind="untimed", name="bfloat16", reason=reason)]
-    for row, name, overrides, batch in model_sizes(cfg.quick):
+    for row, name, overrides, batch in model_sizes(cfg.quick, device.type == "cuda"):
         torch.manual_seed(0)
         model = build_model(name, **overrides).to(device)
         flops = 3 * counted_flops(model) * batch  # forward + backward (twice the forward's products)
@@ -266,6 +273,10 @@ def main():
     fast_cpu_process()  # as train.py does, before any parallel work
     cfg = Config(**parse_flags(Config, __doc__))
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    try:
+        names = [str(pick_device(name, "--devices")) for name in names]
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     rows = []
     for device in map(torch.device, names):
         rows += bench_models(device, cfg) + bench_layers(device, cfg) + bench_subnormals(device, cfg)

@@ -33,7 +33,7 @@ from records import (append_jsonl, atomic_save, checkpoint_dict, environment, he
 from runtime import PRECISIONS, Precision, Progress, Stop, StopSignal, TrainingError, choose_precision
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, flag: str = "--device") -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -43,10 +43,10 @@ def pick_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"--device {name}: not a device name (auto, cpu, cuda, cuda:1, mps)") from None
+        raise ValueError(f"{flag} {name}: not a device name (auto, cpu, cuda, cuda:1, mps)") from None
     available = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available()).get(device.type, True)
     if not available:
-        raise ValueError(f"--device {name}: this machine has no {device.type.upper()} device; use --device cpu or auto")
+        raise ValueError(f"{flag} {name}: this machine has no {device.type.upper()} device; use {flag} cpu or auto")
     return device
 
 

@@ -4,12 +4,13 @@
     python prune.py results/fig2/deep6-e6-s0 --epochs 1 # a 6-layer CPU run: 2 uniform heads go
     python prune.py ckpt.pt --no-finetune               # only report and save the pruned model
 
-A Gaussian head (eq. 16) is degenerate when Sigma^-1 is almost zero (it attends to every
+A.1: a Gaussian head (eq. 16) is degenerate when Sigma^-1 is almost zero (it attends to every
 pixel alike: largest eigenvalue < 1e-5) or almost singular (a thin stripe: condition number
-> 1e5); a quadratic head when alpha < 1e-5. Pruning removes each such head's parameters and
-its block of the value projection Linear(heads * D, D), so parameters and FLOPs really
-shrink. The pruned model is saved as a checkpoint that train.py, visualize.py and
-model.build_model load like any other, then fine-tuned with train.py's loop "a few epochs"
+> 1e5). Ours, by analogy (A.1 prunes only Gaussian heads): a quadratic head when alpha < 1e-5,
+the same uniform head. Pruning removes each such head's parameters and its block of the
+value projection Linear(heads * D, D), so parameters and FLOPs really shrink. The pruned
+model is saved as a checkpoint that train.py and visualize.py load like any other
+(records.model_from_checkpoint), then fine-tuned with train.py's loop "a few epochs"
 at "a smaller learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr
 0.01, cosine with 5% warm-up, are the authors' code's. The fine-tuning is a new run: it
 computes in what this machine computes natively (--precision auto), not in the run's precision.
@@ -36,7 +37,8 @@ class Config:
     eigenvalue_below: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
     condition_above: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
                                          "(the paper's text says 1e5; the authors' code used 1e3)")
-    alpha_below: float = option(1e-5, "prune quadratic heads whose alpha is below this")
+    alpha_below: float = option(1e-5, "prune quadratic heads whose alpha is below this (ours, by analogy with "
+                                      "A.1's Gaussian rule)")
     epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
     out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")

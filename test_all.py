@@ -640,6 +640,10 @@ def test_synthetic_needs_spatial_patterns():
 
 # ---- A.4 recipe and runs: schedule, weight decay, exact resume, DDP, bad flags --------------
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+on_gpu = [pytest.mark.gpu, needs_cuda]
+
+
 def small_config(tmp_path, **kw) -> train_lib.Config:
     return train_lib.Config(**dict(dataset="synthetic", encoding="quadratic", layers=1, dim=16, ffn_dim=32,
                                    heads=4, subset=300, batch_size=50, epochs=2, lr=0.05,
@@ -802,9 +806,11 @@ def test_fp16_steps_behind_plain_backward_and_step_equal_the_textbook_grad_scale
     assert all(torch.equal(a, b) for a, b in zip(plain, textbook))
 
 
-@pytest.mark.parametrize("precision, spread_hold", [("fp32", 0.0), ("bf16", 0.0), ("fp16", 0.0), ("fp32", 0.7)])
-def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, spread_hold):
-    kw = dict(precision=precision, spread_hold=spread_hold)
+@pytest.mark.parametrize("precision, spread_hold, device", [("fp32", 0.0, "cpu"), ("bf16", 0.0, "cpu"), ("fp16", 0.0, "cpu"),
+                                                           ("fp32", 0.7, "cpu"),
+                                                           pytest.param("bf16", 0.0, "cuda", marks=on_gpu)])
+def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, spread_hold, device):
+    kw = dict(precision=precision, spread_hold=spread_hold, device=device)
     train_lib.main(small_config(tmp_path / "a", **kw))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
@@ -1044,8 +1050,6 @@ def test_three_process_gloo_run_has_identical_weights_and_counts_every_test_imag
 
 # ---- CUDA: run by whoever has a GPU (skipped here) -------------------------------------------
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 
 @pytest.mark.gpu
 @needs_cuda
@@ -1069,6 +1073,43 @@ def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
     saved = records.load_checkpoint(tmp_path / "run")[0]
     assert saved["config"]["precision"] == precision and math.isfinite(last["train_loss"])
     assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_bench_times_the_papers_model_on_cuda_against_its_measured_peak(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--quick", "--devices", "cuda", "--repeats", "2",
+                                      "--json", str(tmp_path / "bench.json")])
+    bench.main()
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    models = [r for r in rows if r["device"] == "cuda" and r["kind"] == "model"]
+    assert {r["name"] for r in models} >= {"paper model quadratic", "paper model, A.4's dropout"}
+    assert all(0 < r["utilization"] < 1 and r["compiled"] for r in models)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("command", [["train.py", "--device", "cuda", "--preset", "tiny"], ["bench.py", "--devices", "cuda"]])
+def test_asking_for_cuda_without_it_is_refused_in_one_line(command):
+    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=Path(__file__).parent,
+                            timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: {command[1]} cuda: this machine has no CUDA device; "
+                                          f"use {command[1]} cpu or auto"]
+
+
+def test_the_gpu_command_runs_the_papers_configuration_shrunk_on_the_cpu(tmp_path):
+    """gpu.sh's training command, with flags appended that make it tiny (it skips bench.py here)."""
+    shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--dim", "16", "--ffn-dim", "16",
+              "--heads", "4", "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
+    result = subprocess.run(["bash", "gpu.sh", "data", str(tmp_path), *shrink], capture_output=True, text=True,
+                            cwd=Path(__file__).parent, env=dict(os.environ, GPU_SH_NO_BENCH="1"), timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:]
+    run = tmp_path / "quadratic-e30"
+    config = json.loads((run / "config.json").read_text())
+    assert (config["encoding"], config["log_every"], config["lr"], config["attention_dropout"], config["center_std"],
+            config["position_lr"]) == ("quadratic", 500, 0.1, 0.1, 2.0, 1.0)  # A.4's recipe, the authors' start
+    assert json.loads((run / "steps.jsonl").read_text().splitlines()[0])["heads"][0]["centers"]
+    assert "final test accuracy" in (run / "train.log").read_text()
 
 
 @pytest.mark.gpu

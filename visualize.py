@@ -43,7 +43,8 @@ from runtime import fast_cpu_process
 @dataclass
 class Config:
     run: str = option("", "run directory or checkpoint")
-    out: str = option("", "folder for the figures (default RUN/figures, RUN/figures-init with --at-init)")
+    out: str = option("", "folder for the figures (default runs/figures/RUN's name, + '-init' with --at-init: "
+                          "outside the run, whose folder may be committed)")
     layer: int = option(0, "the layer of Fig. 2, 1-based (default: 4 as in the paper, or the last)")
     compare: list = option([], "more run directories for Figs. 4/7 and the locality plot", nargs="*")
     pdf: bool = option(False, "also write PDF files")
@@ -300,7 +301,7 @@ def visualize(cfg: Config) -> list:
     checkpoint, path = load_checkpoint(cfg.run)
     run = path.parent
     model = model_from_checkpoint(checkpoint, cfg.at_init).eval()
-    out = Path(cfg.out or run / ("figures-init" if cfg.at_init else "figures"))
+    out = Path(cfg.out or Path("runs", "figures", run.resolve().name + ("-init" if cfg.at_init else "")))
     written = []
     if hasattr(model, "attention_layers"):
         inputs = [None] * len(model.attention_layers)
