@@ -61,6 +61,8 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "own_start": "one-pixel heads on their own start's nearest pixel",
            "own_start_chance": "chance: the start's pixels dealt to the heads at random",
            "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
+ORIGIN_STYLES = {"travel_one_pixel": "--", "already_nearest": "--",  # beside the solid line of its panel
+                 "already_nearest_other": ":", "own_start_chance": ":"}  # chance: dotted
 CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of one-pixel heads",
           "sides": "sides of the query holding one", "inside_3x3": "those pixels in the 3x3 window",
           "inside_5x5": "those pixels in the 5x5 window", "mass_3x3": "probability in the 3x3 window",
@@ -319,7 +321,8 @@ def origins_figure(groups: dict, layers: list, out: Path, x: str = "step") -> Pa
             where = steps if x == "step" else position_lr_sum(groups[key][0]["config"], steps)
             color = None
             for ax, names in zip(axes, panels):
-                for name, style in zip(names, ("-", "--", ":")):
+                for name in names:
+                    style = ORIGIN_STYLES.get(name, "-")
                     columns = [[math.nan if f[s][name] is None else f[s][name] for f in found] for s in steps]
                     line, = ax.plot(where, [statistics.fmean(c) for c in columns], style, lw=1.2, color=color,
                                     label=f"{label}, layer {layer} ({len(found)} seeds)" if style == "-" else None)
