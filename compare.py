@@ -125,7 +125,7 @@ def add_start(run: dict):
             if found is not None:
                 found.update({f"start_{k}": v for k, v in start.items()})
     if "centers" in snapshots[0]["layers"][0] and snapshots[-1]["epoch"] == run["metrics"][-1]["epoch"]:
-        for found, moved in zip(final, measures.layer_travel(model, snapshots)):
+        for found, moved in zip(final, measures.layer_travel(model, snapshots, with_defaults(run["config"])["center_std"])):
             if found is not None and moved is not None:
                 found.update(travel_mean=moved["travel_mean"], travelled=moved["travelled"])
 

@@ -183,14 +183,22 @@ def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> 
             "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= far for h in sharp)}
 
 
-def layer_travel(model: nn.Module, snapshots: list) -> list:
+def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
     """`travel` and `origins` of every layer with centers, from the first to the last
-    heads.jsonl snapshot (records.head_snapshot; None for a layer without centers), and
-    `path_mean`, the heads' mean path over the snapshots (path_length)."""
-    layers = list(zip(*(s["layers"] for s in snapshots)))  # [layer][snapshot]
-    return [travel(layer, seen[0], seen[-1]) | origins(layer, seen[0], seen[-1])
-            | {"path_mean": sum(path_length(seen)) / len(seen[0]["centers"])} if "centers" in seen[0] else None
-            for layer, seen in zip(model.attention_layers, layers)]
+    heads.jsonl snapshot (records.head_snapshot; None for a layer without centers), with
+    `path_mean`, the heads' mean path over the snapshots (path_length), and
+    `already_nearest_chance`, what a fresh start of the run's `center_std` holds
+    (fresh_start_held)."""
+    found = []
+    for layer, seen in zip(model.attention_layers, zip(*(s["layers"] for s in snapshots))):  # a layer's snapshots
+        if "centers" not in seen[0]:
+            found.append(None)
+            continue
+        heads = len(seen[0]["centers"])
+        moved = travel(layer, seen[0], seen[-1]) | origins(layer, seen[0], seen[-1])
+        found.append(moved | {"path_mean": sum(path_length(seen)) / heads,
+                              "already_nearest_chance": fresh_start_held(moved["pixels"], heads, center_std)})
+    return found
 
 
 def nearest_pixels(start: dict) -> list:
@@ -236,6 +244,16 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
 def held(pixels, nearest: list) -> int:
     """How many of the distinct `pixels` are among a start's `nearest` pixels."""
     return len(set(pixels) & set(nearest))
+
+
+def fresh_start_held(pixels, heads: int, center_std: float) -> float:
+    """How many of the distinct `pixels` a fresh start holds on average: the exact chance level
+    of `already_nearest`. With each of the `heads` centers drawn from N(0, std^2 I), pixel p is
+    some head's nearest with probability 1 - (1 - q_p)^heads, where q_p = P(round(c) = p), a
+    product over the two axes of the normal's mass in [p - 1/2, p + 1/2]."""
+    scale = center_std * math.sqrt(2)
+    mass = lambda v: 0.5 * (math.erf((v + 0.5) / scale) - math.erf((v - 0.5) / scale))
+    return sum(1 - (1 - mass(row) * mass(col)) ** heads for row, col in set(pixels))
 
 
 def path_length(snapshots: list) -> list:

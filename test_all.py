@@ -17,6 +17,7 @@ import random
 import re
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -387,12 +388,27 @@ def test_travel_counts_the_one_pixel_heads_that_moved_a_pixel_or_more(tmp_path):
     path.write_text("".join(json.dumps({"epoch": e, "layers": [s]}) + "\n" for e, s in ((0, start), (3, end))))
     snapshots = [json.loads(line) for line in path.read_text().splitlines()]
     net = model_lib.build_model("quadratic", layers=1, heads=3, dim=4, ffn_dim=4)
-    (moved,) = measures.layer_travel(net, snapshots)
+    (moved,) = measures.layer_travel(net, snapshots, 2.0)
+    assert moved["path_mean"] == pytest.approx((2**0.5 + 0.5) / 3, abs=1e-4)  # one step: path = travel
+    assert moved["already_nearest_chance"] == pytest.approx(measures.fresh_start_held([(1, 1), (0, 1)], 3, 2.0))
     assert moved["travel"] == pytest.approx([2**0.5, 0.5, 0.0], abs=1e-4)
     assert moved["travel_max"] == pytest.approx(2**0.5) and moved["travel_mean"] == pytest.approx((2**0.5 + 0.5) / 3)
     assert moved["travelled"] == 1  # head 1 is one-pixel but moved half a pixel; head 2 is wide
     assert measures.layer_travel(model_lib.build_model("learned", layers=1, heads=3, dim=4, ffn_dim=4),
-                                 [{"layers": [{"central": []}]}] * 2) == [None]
+                                 [{"layers": [{"central": []}]}] * 2, 2.0) == [None]
+
+
+def test_what_a_fresh_start_holds_is_the_exact_chance_of_the_nearest_pixels():
+    # std 0.01: one head's center rounds to (0, 0) for sure, to (1, 0) never
+    assert measures.fresh_start_held([(0, 0), (1, 0)], 1, 0.01) == pytest.approx(1.0)
+    # std 1, one head: P(round(c) = (0, 0)) = P(|z| < 1/2)^2 = 0.38292^2 for each standard normal coordinate
+    assert measures.fresh_start_held([(0, 0)], 1, 1.0) == pytest.approx(0.382925 ** 2, abs=1e-6)
+    # against many fresh starts drawn as the encoding draws them: 9 heads of std sqrt(2)
+    pixels = [(0, 0), (0, 1), (-1, 1), (2, 0), (3, 3)]
+    g = torch.Generator().manual_seed(0)
+    counts = [measures.held(pixels, measures.nearest_pixels({"centers": (torch.randn(9, 2, generator=g) * 1.414).tolist()}))
+              for _ in range(4000)]
+    assert statistics.fmean(counts) == pytest.approx(measures.fresh_start_held(pixels, 9, 1.414), abs=0.05)
 
 
 @pytest.mark.parametrize("encoding", ["quadratic", "learned"])
@@ -1471,7 +1487,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
         "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
         "alpha", "wide", "start_pixels", "pixels", "already_nearest", "own_start", "own_start_chance", "shared",
-        "shared_start_gap", "travel_one_pixel", "path_mean"}
+        "shared_start_gap", "travel_one_pixel", "path_mean", "already_nearest_chance"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
     assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]

@@ -259,20 +259,20 @@ def print_measures(found: list, out: Path):
                f"{m['travel_max']:.2f} px; path (summed epoch to epoch) {m['path_mean']:.2f} px; {m['travelled']} "
                f"one-pixel heads moved 1 px or more\n           the start: nearest to {m['start_pixels']} distinct "
                f"pixels; of the one-pixel heads' {m['one_pixel']} pixels, {m['already_nearest']} were a head's nearest "
-               f"then; {m['own_start']} one-pixel heads sit on their own start's nearest pixel (chance, the start's "
+               f"then (chance, a fresh start's: {m['already_nearest_chance']:.1f}); {m['own_start']} one-pixel heads sit on their own start's nearest pixel (chance, the start's "
                f"pixels dealt at random: {m['own_start_chance']:.1f})" if "travel" in m else ""))
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
 
 
-def run_measures(model, run: Path, trained: bool) -> list:
+def run_measures(model, run: Path, trained: bool, center_std: float) -> list:
     """measures.layer_measures, with each layer's travel from heads.jsonl for a trained run."""
     found = measures.layer_measures(model)
     path = run / "heads.jsonl"
     if trained and path.exists():
         snapshots = [json.loads(line) for line in path.read_text().splitlines()]
-        for m, moved in zip(found, measures.layer_travel(model, snapshots)):
+        for m, moved in zip(found, measures.layer_travel(model, snapshots, center_std)):
             if m is not None and moved is not None:
                 m |= moved
     return found
@@ -317,7 +317,7 @@ def visualize(cfg: Config) -> list:
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
         print_concentration(model, inputs)
-        print_measures(run_measures(model, run, not cfg.at_init), out)
+        print_measures(run_measures(model, run, not cfg.at_init, checkpoint["config"].get("center_std", 2.0)), out)
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
         ids = kept_heads(run, model)
