@@ -8,10 +8,11 @@
 #
 # Extra arguments after OUT go to train.py (the tests add flags that shrink the run).
 set -euo pipefail
-cd "$(dirname "$0")"
-data=${1:-data}
-out=${2:-results/gpu}
+root=$(cd "$(dirname "$0")" && pwd)
+data=$(realpath -m "${1:-$root/data}")  # the caller's paths, before moving to the project's root
+out=$(realpath -m "${2:-$root/results/gpu}")
 shift $(( $# < 2 ? $# : 2 ))
+cd "$root"
 mkdir -p "$out/quadratic-e30"
 if [ -z "${GPU_SH_NO_BENCH:-}" ]; then
     python3 bench.py --devices cuda --repeats 5 --json "$out/bench.json" | tee "$out/bench.txt"
