@@ -26,6 +26,7 @@ import math
 import statistics
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -96,7 +97,8 @@ def load_run(path) -> dict:
     steps = [json.loads(line) for line in steps.read_text().splitlines()] if steps.exists() else []
     run = dict(path=path, config=json.loads((path / "config.json").read_text()), metrics=metrics,
                steps={line["step"]: line["layers"] for line in steps},  # step -> each layer's measures
-               heads={line["step"]: line.get("heads") for line in steps})  # step -> each layer's heads (or None)
+               heads={line["step"]: line.get("heads") for line in steps},  # step -> each layer's heads (or None)
+               losses={line["step"]: line["train_loss"] for line in steps})  # step -> the epoch's mean loss so far
     add_start(run)
     return run
 
@@ -289,13 +291,18 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
+def steps_per_epoch(config: dict) -> int:
+    """Training steps an epoch (data.Batches drops the ragged end)."""
+    config = with_defaults(config)
+    return (config["subset"] or data_lib.TRAIN_IMAGES[config["dataset"]]) // config["batch_size"]
+
+
 def position_lr_sum(config: dict, steps: list) -> list:
     """The centers' learning rate summed over the steps before each of `steps` (lr times
     --position-lr times the warm-up and cosine factor): how far a run's schedule let its
     centers move, to set runs with another --position-lr, --lr or length side by side."""
     config = with_defaults(config)
-    per_epoch = (config["subset"] or data_lib.TRAIN_IMAGES[config["dataset"]]) // config["batch_size"]
-    factor = warmup_cosine(config["epochs"] * per_epoch, config["warmup"])
+    factor = warmup_cosine(config["epochs"] * steps_per_epoch(config), config["warmup"])
     rate = np.cumsum([0.0] + [config["lr"] * config["position_lr"] * factor(t) for t in range(max(steps))])
     return [float(rate[s]) for s in steps]
 
@@ -428,24 +435,60 @@ def table(groups: dict) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
-def curves_figure(groups: dict, out: Path) -> Path:
-    """Test accuracy per epoch: each experiment's mean over seeds, its min-max band shaded."""
+def band_figure(curves: dict, xlabel: str, ylabel: str, path: Path, style: str = "-") -> Path:
+    """Each experiment's curve, {label: (x, columns)} with the seeds' values at each x in a
+    column: the mean over seeds, the min-max band shaded."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    for key, name in labels(groups).items():
-        per_run = [[m["test_acc"] for m in r["metrics"]] for r in groups[key]]
-        epochs = range(1, min(map(len, per_run)) + 1)
-        columns = list(zip(*per_run))
-        mean = [statistics.fmean(c) for c in columns]
-        line, = ax.plot(epochs, mean, "-o", ms=3, label=f"{name} ({len(per_run)} seeds)")
-        ax.fill_between(epochs, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
-    ax.set_xlabel("epoch"), ax.set_ylabel("test accuracy")
+    for name, (x, columns) in curves.items():
+        line, = ax.plot(x, [statistics.fmean(c) for c in columns], style, ms=3, label=f"{name} ({len(columns[0])} seeds)")
+        ax.fill_between(x, [min(c) for c in columns], [max(c) for c in columns], color=line.get_color(), alpha=0.2)
+    ax.set_xlabel(xlabel), ax.set_ylabel(ylabel)
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "accuracy_over_seeds.png", dpi=150, bbox_inches="tight")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
-    return out / "accuracy_over_seeds.png"
+    return path
+
+
+def curves_figure(groups: dict, out: Path) -> Path:
+    """Test accuracy per epoch, over the epochs every seed of the experiment finished."""
+    curves = {}
+    for key, name in labels(groups).items():
+        columns = list(zip(*([m["test_acc"] for m in r["metrics"]] for r in groups[key])))
+        curves[name] = (range(1, len(columns) + 1), columns)
+    return band_figure(curves, "epoch", "test accuracy", out / "accuracy_over_seeds.png", "-o")
+
+
+def interval_losses(run: dict) -> dict:
+    """{logged step: the training loss averaged over the steps since the previous logged step}.
+    steps.jsonl holds the epoch's running mean m at step s, over the n(s) steps of that epoch so
+    far; over (p, s] within one epoch the mean is (m(s) n(s) - m(p) n(p)) / (n(s) - n(p)), and
+    from an epoch's start it is m(s) itself. A climb that the running mean would smooth shows."""
+    per_epoch, losses = steps_per_epoch(run["config"]), run["losses"]
+    found, p = {}, None
+    for s in sorted(s for s, loss in losses.items() if loss is not None):
+        epoch, n = divmod(s - 1, per_epoch)  # step s is step n + 1 of its epoch (step 1: epoch 0's first)
+        if p is not None and (p - 1) // per_epoch == epoch:
+            n_p = (p - 1) % per_epoch + 1
+            found[s] = (losses[s] * (n + 1) - losses[p] * n_p) / (n + 1 - n_p)
+        else:
+            found[s] = losses[s]
+        p = s
+    return found
+
+
+def loss_figure(groups: dict, out: Path) -> Path:
+    """The training loss between logged steps (interval_losses), at the steps every seed logged."""
+    curves = {}
+    for key, name in labels(groups).items():
+        per_run = [interval_losses(r) for r in groups[key]]
+        steps = sorted(set.intersection(*(set(f) for f in per_run)))
+        if not steps:
+            raise ValueError(f"{name}: no training loss in steps.jsonl (train.py --log-every)")
+        curves[name] = (steps, [[f[s] for f in per_run] for s in steps])
+    return band_figure(curves, "step", "training loss between logged steps", out / "training_loss.png")
 
 
 def steps_figure(groups: dict, layer: int, out: Path) -> Path:
@@ -557,12 +600,13 @@ def main():
             print(f"wrote {curves_figure(groups, Path(cfg.out))}")
             if cfg.origins:
                 print(f"wrote {origins_figure(groups, cfg.origins, Path(cfg.out), cfg.origins_x)}")
-            runs = [r for g in groups.values() for r in g]
-            for figure, of in ((steps_figure, groups), (grids_figure, runs), (maps_figure, runs)):
+            runs, out = [r for g in groups.values() for r in g], Path(cfg.out)
+            for figure in (partial(loss_figure, groups, out), partial(steps_figure, groups, cfg.layer, out),
+                           partial(grids_figure, runs, cfg.layer, out), partial(maps_figure, runs, cfg.layer, out)):
                 try:
-                    print(f"wrote {figure(of, cfg.layer, Path(cfg.out))}")
+                    print(f"wrote {figure()}")
                 except ValueError as e:
-                    print(f"no {figure.__name__}: {e}")
+                    print(f"no {figure.func.__name__}: {e}")
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
 

@@ -1413,6 +1413,23 @@ def test_summed_position_lr_follows_the_schedule_of_the_run():
         [0.1 * sum(factor(t) for t in range(8))])
 
 
+def test_training_loss_between_logged_steps_is_recovered_from_the_running_means(tmp_path):
+    per_step = [4, 2, 3, 1, 1, 1, 5, 5]  # 2 epochs of 4 steps; the epoch's running mean logged
+    running = lambda s: statistics.fmean(per_step[(s - 1) // 4 * 4:s])
+    config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic")
+    runs = []
+    for seed, every in ((0, 2), (1, 3)):
+        path = write_run(tmp_path / f"r{seed}", seed, [0.3, 0.4], **config)
+        lines = [dict(step=0, train_loss=None, layers=[])] + \
+                [dict(step=s, train_loss=running(s), layers=[]) for s in range(every, 9, every)]
+        (path / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        runs.append(compare.load_run(path))
+    # every 2: each interval's own mean; every 3: step 6 opens epoch 1, so from that epoch's start
+    assert compare.interval_losses(runs[0]) == pytest.approx({2: 3.0, 4: 2.0, 6: 1.0, 8: 5.0})
+    assert compare.interval_losses(runs[1]) == pytest.approx({3: 3.0, 6: 1.0})
+    assert not_blank(compare.loss_figure(compare.group(runs[:1]), tmp_path / "figs"))
+
+
 def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
     cfg = small_config(tmp_path, epochs=1)
     train_lib.main(cfg)
