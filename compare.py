@@ -467,15 +467,15 @@ def interval_losses(run: dict) -> dict:
     far; over (p, s] within one epoch the mean is (m(s) n(s) - m(p) n(p)) / (n(s) - n(p)), and
     from an epoch's start it is m(s) itself. A climb that the running mean would smooth shows."""
     per_epoch, losses = steps_per_epoch(run["config"]), run["losses"]
-    found, p = {}, None
+    found, previous = {}, None  # previous: (epoch, n, m) at the last logged step
     for s in sorted(s for s, loss in losses.items() if loss is not None):
-        epoch, n = divmod(s - 1, per_epoch)  # step s is step n + 1 of its epoch (step 1: epoch 0's first)
-        if p is not None and (p - 1) // per_epoch == epoch:
-            n_p = (p - 1) % per_epoch + 1
-            found[s] = (losses[s] * (n + 1) - losses[p] * n_p) / (n + 1 - n_p)
+        epoch, n = (s - 1) // per_epoch, (s - 1) % per_epoch + 1  # step 1 is epoch 0's first
+        if previous and previous[0] == epoch:
+            _, n_p, m_p = previous
+            found[s] = (losses[s] * n - m_p * n_p) / (n - n_p)
         else:
             found[s] = losses[s]
-        p = s
+        previous = epoch, n, losses[s]
     return found
 
 
