@@ -219,12 +219,15 @@ class SelfAttention2d(nn.Module):
         self.W_out = nn.Linear(heads * dim, out_dim or dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Eq. 12: MHSA(X) = concat_h [P_h X] W_out + b_out, each head's W_val folded into W_out (eq. 11)."""
+        """Eq. 4, MHSA(X) = concat_h [P_h X W_val^(h)] W_out + b_out, with each head's W_val^(h)
+        folded into its block of W_out as in eq. 11 (W^(h)); per output pixel, eq. 12."""
         B, H, W, D = self._check_input(x).shape
+        # Dropout on P draws one mask a forward: position-only probabilities are shared by every
+        # image of the batch, and so is their mask (as in the authors' code).
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
         P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T]: position-only heads are the same for every image
         heads_out = torch.einsum("bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))  # [B, T, heads, D]: P_h X
-        return self.W_out(heads_out.reshape(B, H, W, -1))  # concat_h over the last axis, then W_out: [B, H, W, out_dim]
+        return self.W_out(heads_out.reshape(B, H, W, -1))  # concat_h, then W_out (the W^(h) of eq. 11): [B, H, W, out_dim]
 
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
         """P = softmax over keys of the logits (eq. 6): P [heads, T, T], or with content=True
@@ -292,14 +295,18 @@ class FastSelfAttention2d(SelfAttention2d):
         if self.content:
             return super().forward(x)
         B, H, W, D = self._check_input(x).shape
-        if torch.is_autocast_enabled(x.device.type):  # cast x once, not once per head
-            x = x.to(torch.get_autocast_dtype(x.device.type))
+        device = x.device.type  # (autocast exists on cpu, cuda, mps; not on meta, where tests check devices)
+        autocast = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+        if autocast:  # cast x once, not once per head
+            x = x.to(torch.get_autocast_dtype(device))
         if self.factorized:
             p_row, p_col = self.axis_probs()
             x_rows = x.reshape(B, H, W * D)
             mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
         else:
-            P = self.dropout(self.attention_probs())  # [heads, T, T]
+            P = self.dropout(self.attention_probs())  # [heads, T, T], one dropout mask for the batch
+            if autocast:  # cast P once a layer: cast inside bmm, each head's expanded P became a [B, T, T] copy
+                P = P.to(x.dtype)
             x_flat = x.reshape(B, H * W, D)
             # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
             mixed = [torch.bmm(P[h].expand(B, -1, -1), x_flat) for h in range(self.heads)]  # [B, T, D] each

@@ -143,13 +143,8 @@ def model_kwargs(config: dict) -> dict:
     """The constructor arguments that a run's config gives build_model."""
     if config["encoding"] == "resnet18":
         return dict(width=config["width"])
-    kwargs = {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "content")}
-    # defaults for runs recorded before these options existed; runs recorded before settings
-    # that do not apply were refused may name a grid start or a floor for encodings without them
-    centers, quadratic = config["encoding"] in ("quadratic", "gaussian"), config["encoding"] == "quadratic"
-    return kwargs | dict(attention_dropout=config.get("attention_dropout", 0.0), center_std=config.get("center_std", 2.0),
-                         grid_start=centers and config.get("grid_start", False),
-                         min_alpha=config.get("min_alpha", 0.0) if quadratic else 0.0)
+    return {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content",
+                                   "center_std", "grid_start", "min_alpha")}
 
 
 def model_from_config(config: dict, layer: type = SelfAttention2d) -> nn.Module:
@@ -178,17 +173,33 @@ def paper_flops(model: nn.Module, image_size: int = 32) -> int:
     handles = [m.register_forward_hook(hook) for m in model.modules()
                if isinstance(m, (nn.Linear, nn.Conv2d, SelfAttention2d)) and m not in folded]
     with torch.no_grad():
-        model.eval()(torch.zeros(1, 3, image_size, image_size))
+        model.eval()(an_image(model, image_size))
     for h in handles:
         h.remove()
     return 2 * sum(macs)
 
 
-def counted_flops(model: nn.Module, image_size: int = 32) -> int:
-    """Every matrix product of one forward pass per image (FlopCounterMode), attention included."""
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model.eval()(torch.zeros(1, 3, image_size, image_size))
+def counted_flops(model: nn.Module, image_size: int = 32, training: bool = False) -> int:
+    """Every matrix product per image (FlopCounterMode), attention included: of a forward pass
+    in eval mode, or (`training`) of a training step as train.py runs it, forward and backward
+    in train mode, so that attention dropout turns the fast layer's factorization off."""
+    mode = model.training
+    with FlopCounterMode(display=False) as counter:
+        if training:
+            model.train()(an_image(model, image_size)).sum().backward()
+        else:
+            with torch.no_grad():
+                model.eval()(an_image(model, image_size))
+    model.train(mode)
+    if training:
+        model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
+
+
+def an_image(model: nn.Module, image_size: int) -> torch.Tensor:
+    """One blank image [1, 3, size, size] on the model's device, in its dtype."""
+    weight = next(model.parameters())
+    return torch.zeros(1, 3, image_size, image_size, device=weight.device, dtype=weight.dtype)
 
 
 def main():

@@ -37,9 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
-from flags import option, parse_flags
+from runtime import fast_cpu_process, option, parse_flags
 from measures import measures
-from runtime import fast_cpu_process
 
 
 class ConvAsAttention(nn.Module):
@@ -143,8 +142,7 @@ class Config:
     steps: int = option(1000, "gradient steps of the learnability demo")
     lr: float = option(0.1, "peak learning rate of the demo's one-cycle Adam schedule")
     seed: int = option(0, "the one seed")
-    out: str = option("runs/prove", "folder for the learnability figure (README's figures/prove_learnability.png: "
-                                    "--out figures)")
+    out: str = option("runs/prove", "folder for the learnability figure")
 
 
 def photo(size: int = 48) -> torch.Tensor:
@@ -252,7 +250,9 @@ def plot_paths(path: torch.Tensor, out: Path) -> Path:
 
 
 def main():
-    fast_cpu_process()  # before any parallel work
+    # The learnability fit sharpens its heads until their probabilities underflow to subnormal
+    # floats, which Intel cores multiply slowly: flushed to zero first (runtime.py).
+    fast_cpu_process()
     cfg = Config(**parse_flags(Config, __doc__))
     torch.manual_seed(cfg.seed)
     error_table(cfg)

@@ -1,22 +1,25 @@
 """Prune degenerate attention heads, then fine-tune (Appendix A.1).
 
-    python prune.py runs/gaussian-paper                 # prune, report, fine-tune 100 epochs
-    python prune.py results/fig2/deep6-e6-s0 --epochs 1 # a 6-layer CPU run: 2 uniform heads go
-    python prune.py ckpt.pt --no-finetune               # only report and save the pruned model
+    python prune.py runs/gaussian-paper                       # prune, report, fine-tune 100 epochs
+    python prune.py lab/results/fig2/deep6-e6-s0 --epochs 1   # a 6-layer CPU run: 2 uniform heads go
+    python prune.py ckpt.pt --no-finetune                     # only report and save the pruned model
+
+The pruned run goes to runs/NAME-pruned (NAME: the run's folder, or the checkpoint file's
+name without .pt), or --out; never into a folder that holds a run.
 
 A.1: a Gaussian head (eq. 16) is degenerate when Sigma^-1 is almost zero (it attends to every
 pixel alike: largest eigenvalue < 1e-5) or almost singular (a thin stripe: condition number
-> 1e5). Ours, by analogy (A.1 prunes only Gaussian heads): a quadratic head when alpha < 1e-5,
-the same uniform head. Pruning removes each such head's parameters and its block of the
-value projection Linear(heads * D, D), so parameters and FLOPs really shrink. The pruned
-model is saved as a checkpoint that train.py and visualize.py load like any other
-(records.model_from_checkpoint), then fine-tuned with train.py's loop "a few epochs"
-at "a smaller learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr
-0.01, cosine with 5% warm-up, are the authors' code's. The fine-tuning is a new run: it
-computes in what this machine computes natively (--precision auto), not in the run's precision.
+> 1e5). A.1 judges only Gaussian heads; ours, by analogy, the quadratic heads by the same
+rule: their logit -alpha ||delta - Delta||^2 is eq. 16 with Sigma^-1 = 2 alpha I, so a head
+goes when 2 alpha < 1e-5 (condition number 1). Pruning removes each such head's parameters
+and its block of the value projection Linear(heads * D, D), so parameters and FLOPs really
+shrink. The pruned model is saved as a starting point that train.py and visualize.py load
+like any other checkpoint, then fine-tuned with train.py's loop "a few epochs" at "a smaller
+learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr 0.01, cosine with
+5% warm-up, are the authors' code's. The fine-tuning is a new run: it computes in what this
+machine computes natively (--precision auto), not in the run's precision.
 """
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +27,9 @@ import torch
 
 import train as train_lib
 from data import Batches, DataError
-from harness import Autocast, pick_device
-from flags import option, parse_flags
 from model import count_parameters, model_from_config, paper_flops
-from records import atomic_save, checkpoint_dict, kept_heads, load_checkpoint, model_from_checkpoint
-from runtime import PRECISIONS, Precision, TrainingError, choose_precision, fast_cpu_process
+from records import kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
+from runtime import PRECISIONS, TrainingError, choose_precision, command_line, option, parse_flags, pick_device
 
 
 @dataclass
@@ -37,11 +38,9 @@ class Config:
     eigenvalue_below: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
     condition_above: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
                                          "(the paper's text says 1e5; the authors' code used 1e3)")
-    alpha_below: float = option(1e-5, "prune quadratic heads whose alpha is below this (ours, by analogy with "
-                                      "A.1's Gaussian rule)")
     epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
-    out: str = option("", "run directory of the pruned model (default RUN-pruned beside the run)")
+    out: str = option("", "run directory of the pruned model (default runs/NAME-pruned)")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
     precision: str = option("auto", "of the fine-tuning and the accuracies, as train.py's: auto is what this "
                                     "machine computes natively, whatever the run trained in",
@@ -50,11 +49,10 @@ class Config:
 
 
 def head_measures(layer) -> dict:
-    """Per head: largest eigenvalue and condition number of Sigma^-1 (gaussian), or alpha."""
+    """Per head: largest eigenvalue and condition number of Sigma^-1 (quadratic: 2 alpha I)."""
     enc = layer.encoding
-    if not hasattr(enc, "inv_cov"):
-        return {"alpha": enc.alpha.detach()}
-    eig = torch.linalg.eigvalsh(enc.inv_cov.detach().double())  # ascending, [heads, 2]
+    inv_cov = enc.inv_cov if hasattr(enc, "inv_cov") else 2 * enc.alpha[:, None, None] * torch.eye(2)
+    eig = torch.linalg.eigvalsh(inv_cov.detach().double())  # ascending, [heads, 2]
     largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)
     return {"largest eigenvalue": largest, "condition": largest / smallest}  # inf where singular
 
@@ -64,10 +62,7 @@ def degenerate_heads(model, cfg: Config) -> list:
     pruned = []
     for layer in model.attention_layers:
         m = head_measures(layer)
-        if "alpha" in m:
-            bad = m["alpha"] < cfg.alpha_below
-        else:
-            bad = (m["largest eigenvalue"] < cfg.eigenvalue_below) | (m["condition"] > cfg.condition_above)
+        bad = (m["largest eigenvalue"] < cfg.eigenvalue_below) | (m["condition"] > cfg.condition_above)
         pruned.append(bad.nonzero().flatten().tolist())
     return pruned
 
@@ -120,8 +115,7 @@ def test_accuracy(models: list, cfg: train_lib.Config) -> list:
     batches = Batches(test_set, cfg.eval_batch_size, mean, std, False, cfg.seed, device)
     accuracies = []
     for model in models:
-        _, correct, images = train_lib.evaluate(Autocast(model.to(device), Precision(cfg.precision, device)),
-                                                batches.epoch(0)).tolist()
+        _, correct, images = train_lib.evaluate(model.to(device), batches.epoch(0), cfg.precision).tolist()
         accuracies.append(correct / images)
     return accuracies
 
@@ -138,9 +132,7 @@ def prune(cfg: Config):
     directory, or None when no head is degenerate."""
     checkpoint, path = load_checkpoint(cfg.checkpoint)
     config = checkpoint["config"]
-    out = Path(cfg.out or f"{path.parent}-pruned")
-    if (out / "checkpoint.pt").exists():
-        raise ValueError(f"{out} holds an earlier pruned run; remove it or choose another --out")
+    out = output_folder(cfg.out, f"runs/{run_name(path)}-pruned")
     check_prunable(config, path)
     model = model_from_checkpoint(checkpoint)
     pruned = degenerate_heads(model, cfg)
@@ -159,7 +151,7 @@ def prune(cfg: Config):
                                                 out=str(out), resume="", device=cfg.device, precision=precision,
                                                 data_dir=cfg.data_dir or config["data_dir"]))
     out.mkdir(parents=True, exist_ok=True)
-    atomic_save(checkpoint_dict(small, [], [], finetune, epoch=0), out / "checkpoint.pt")
+    train_lib.save_checkpoint(out / "checkpoint.pt", small, finetune)  # a starting point: no optimizer
     ids = [[i for h, i in enumerate(layer_ids) if h not in p] for layer_ids, p in zip(kept_heads(path.parent, model), pruned)]
     (out / "kept_heads.json").write_text(json.dumps({"layers": ids}))
     print(f"saved the pruned model to {out / 'checkpoint.pt'}")
@@ -175,14 +167,6 @@ def prune(cfg: Config):
     return out
 
 
-def main():
-    fast_cpu_process()  # before any parallel work
-    cfg = Config(**parse_flags(Config, __doc__, positional=("checkpoint",)))
-    try:
-        prune(cfg)
-    except (ValueError, FileNotFoundError, DataError, TrainingError) as e:
-        sys.exit(f"error: {e}")
-
-
 if __name__ == "__main__":
-    main()
+    command_line(lambda: prune(Config(**parse_flags(Config, __doc__, positional=("checkpoint",)))),
+                 (ValueError, FileNotFoundError, DataError, TrainingError))

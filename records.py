@@ -1,38 +1,55 @@
-"""A run's records: checkpoints, the per-epoch logs, and what computed them.
+"""A run's records: its folder, checkpoints, logs and progress, and what computed them.
 
-A run directory holds config.json (the flags, and `environment`: commit, whether the tree
-had uncommitted changes, torch, device, the CPU with its matrix-unit class and any cap set on
-PyTorch's instructions; a resumed run keeps each earlier part's in `earlier_parts`),
-metrics.jsonl (a line an epoch), heads.jsonl (Figs. 2 and 5), steps.jsonl (with --log-every:
-the measures and heads every few steps) and checkpoint.pt (everything `--resume` needs to
-continue exactly).
+A run folder holds config.json (the flags, the data's name and checksum, and `environment`:
+commit, whether the tree had uncommitted changes, torch, device, the CPU with its
+matrix-unit class and any cap set on PyTorch's instructions; a resumed run keeps each
+earlier part's in `earlier_parts`), metrics.jsonl (a line an epoch, with each attention
+layer's measures), heads.jsonl (the heads per epoch, Figs. 2 and 5), steps.jsonl (with
+--log-every: the measures and heads every few steps, and at step 0) and checkpoint.pt
+(train.save_checkpoint: everything `--resume` needs to continue exactly).
+
+Every command writes under runs/ unless told otherwise (`output_folder`), and never into a
+folder that holds a run, unless it resumes that run.
 """
-import dataclasses
 import json
 import os
 import platform
 import subprocess
+import sys
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+import data as data_lib
 from measures import central_probs, layer_measures
 from model import model_from_config
+from runtime import Progress, TrainingError
+
+# ---- run folders and checkpoints --------------------------------------------------------------
+
+RUN_FILES = ("config.json", "metrics.jsonl", "heads.jsonl", "steps.jsonl", "checkpoint.pt")
 
 
-# ---- checkpoints --------------------------------------------------------------------------
+def run_name(path) -> str:
+    """What a run is called after: its folder's name, or a checkpoint file's stem (ckpt.pt: ckpt)."""
+    path = Path(path)
+    return path.parent.resolve().name if path.name == "checkpoint.pt" else path.stem
 
-def checkpoint_dict(model, optimizers, schedulers, cfg, epoch: int, step: int = 0,
-                    partial=(0.0, 0.0, 0.0, 0.0), metrics=()) -> dict:
-    """Everything a run (`cfg`: its Config dataclass) needs to continue exactly; `partial`
-    holds the running loss sum, correct count, images seen and training seconds of an
-    unfinished epoch. Without optimizers it is a starting point: `--resume` trains the
-    model from it from epoch 0."""
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    return dict(model=model.state_dict(), optimizer=[o.state_dict() for o in optimizers],
-                scheduler=[s.state_dict() for s in schedulers], config=dataclasses.asdict(cfg), epoch=epoch, step=step,
-                partial=list(partial), metrics=list(metrics), rng=dict(torch=torch.get_rng_state(), cuda=cuda))
+
+def output_folder(out: str, default: str) -> Path:
+    """The folder a command writes to: `out`, else `default` (under runs/); refused (one line)
+    when it holds a run, which only `train.py --resume` may write to."""
+    folder = Path(out or default)
+    held = [name for name in RUN_FILES if (folder / name).exists()]
+    if held:
+        resume = f"continue it with python train.py --resume {folder}, or " if "checkpoint.pt" in held else ""
+        raise ValueError(f"{folder} holds a run ({', '.join(held)}): {resume}choose another --out")
+    return folder
+
 
 
 def atomic_save(obj, path: Path):
@@ -114,6 +131,142 @@ def keep_lines(path: Path, last: int, key: str = "epoch"):
     if path.exists():
         lines = [l for l in path.read_text().splitlines() if json.loads(l)[key] <= last]
         path.write_text("".join(l + "\n" for l in lines))
+
+
+class RunLog:
+    """A training run's records and progress, written by its first process: config.json, the
+    .jsonl logs, the lines on stdout and stderr. train.py reads where the run stands from it:
+    `epoch` (epochs done), `step` (batches done in this epoch), `history` (a record an epoch),
+    `seconds` (this epoch's training time so far); a checkpoint saves and restores them."""
+
+    def __init__(self, out: Path, cfg, model, device, world: int, writer: bool, steps_per_epoch: int, reason: str):
+        self.out, self.cfg, self.model, self.device, self.world, self.writer = out, cfg, model, device, world, writer
+        self.steps_per_epoch, self.reason = steps_per_epoch, reason
+        self.epoch, self.step, self.history, self.seconds = 0, 0, [], 0.0
+
+    @property
+    def global_step(self) -> int:
+        return self.epoch * self.steps_per_epoch + self.step
+
+    def begin(self, optimizer, train_images: int, test_images: int) -> bool:
+        """Say what trains, and start (or trim, when resumed) the logs; False for a finished run."""
+        eval_share = test_images / (3 * train_images)  # a test image: a forward, a third of a step's work
+        self.progress = Progress(self.steps_per_epoch, self.cfg.epochs * self.steps_per_epoch, self.cfg.batch_size,
+                                 self.device, self.writer, eval_share)
+        if self.epoch >= self.cfg.epochs:
+            print(f"{self.out} finished its {self.cfg.epochs} epoch{'s' * (self.cfg.epochs > 1)} (final test accuracy "
+                  f"{self.history[-1]['test_acc']:.4f}); nothing to do. To train longer, start a new run: the "
+                  "schedule is fixed by --epochs.")
+            return False
+        if not self.writer:
+            return True
+        self.out.mkdir(parents=True, exist_ok=True)
+        data = data_lib.identity(self.cfg.dataset, self.cfg.data_dir, self.cfg.seed)  # what the run read
+        record = asdict(self.cfg) | {"not_applied": self.cfg.not_applied(), "data": data,
+                                     "environment": environment(self.device) | {"precision": self.reason}}
+        if self.global_step:  # resumed: what computed each earlier part, with the step it stopped at
+            before = json.loads((self.out / "config.json").read_text())
+            parts = before.get("earlier_parts", [])
+            if not parts or parts[-1]["until_step"] < self.global_step:  # a part that made no step is left out
+                parts = parts + [before["environment"] | {"until_step": self.global_step}]
+            record["earlier_parts"] = parts
+        (self.out / "config.json").write_text(json.dumps(record, indent=1))
+        keep_lines(self.out / "metrics.jsonl", self.epoch)  # a resumed run writes the rest again
+        keep_lines(self.out / "heads.jsonl", self.epoch)
+        keep_lines(self.out / "steps.jsonl", self.global_step, key="step")
+        if self.global_step == 0 and head_snapshot(self.model):
+            append_jsonl(self.out / "heads.jsonl", {"epoch": 0, "layers": head_snapshot(self.model)})
+        if self.global_step == 0 and self.cfg.log_every:
+            append_jsonl(self.out / "steps.jsonl", step_record(self.model, 0, None))
+        print(f"{self.cfg.encoding} on {self.cfg.dataset} ({train_images} train / {test_images} test images), "
+              f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
+              f", {self.reason}, {self.world} process(es) -> {self.out}", flush=True)
+        print("SGD groups: " + "; ".join(f"{sum(p.numel() for p in g['params']):,} parameters at lr {g['initial_lr']:g}, "
+                                         f"weight decay {g['weight_decay']:g}" + (" (the spreads)" if g["spread"] else "")
+                                         for g in optimizer.param_groups), flush=True)
+        return True
+
+    def steps(self, batches, stop, sums: torch.Tensor):
+        """The epoch's training batches, each step counted, timed and logged after it (progress,
+        a finite loss, steps.jsonl); ends early at a batch boundary once every process agrees on a
+        stop signal (stop.signum). `sums`: the epoch's running loss sum, correct and images."""
+        self.epoch_started = time.time() - self.seconds
+        step_started = None
+        for batch in batches:
+            if step_started is not None:
+                self.after_step(time.time() - step_started, sums)
+            if stop.requested():
+                self.seconds = time.time() - self.epoch_started
+                return
+            step_started = time.time()
+            yield batch
+        if step_started is not None:
+            self.after_step(time.time() - step_started, sums)
+        self.progress.end_epoch()
+        self.seconds = time.time() - self.epoch_started
+        for buffer in self.model.buffers() if self.world > 1 else ():  # BatchNorm statistics as rank 0 holds them
+            dist.broadcast(buffer, 0)
+
+    def after_step(self, seconds: float, sums: torch.Tensor):
+        self.step += 1
+        if self.step % 50 == 0 and not torch.isfinite(sums[0]):
+            raise TrainingError(f"the training loss became {sums[0].item()} in epoch {self.epoch + 1}; "
+                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
+        if self.writer and self.cfg.log_every and self.global_step % self.cfg.log_every == 0:
+            loss = sums[0].item() / sums[2].item()  # this epoch's so far
+            append_jsonl(self.out / "steps.jsonl", step_record(self.model, self.global_step, loss))
+        self.progress.step(seconds, self.global_step, lambda: f"loss {sums[0].item() / sums[2].item():.3f}")
+
+    def end_epoch(self, train_sums: torch.Tensor, test_sums: torch.Tensor, lr: float) -> dict:
+        """The epoch's record (sums: loss, correct, images, over every process; seconds count
+        evaluation) in metrics.jsonl, its heads in heads.jsonl, its line on stdout."""
+        sums = train_sums.clone()
+        if self.world > 1:
+            dist.all_reduce(sums)
+            dist.all_reduce(test_sums)
+        if not torch.isfinite(sums[0]):
+            raise TrainingError(f"the training loss became {sums[0].item()} in epoch {self.epoch + 1}; "
+                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
+        before = self.history[-1]["seconds"] if self.history else 0.0
+        r = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
+                 train_acc=sums[1].item() / sums[2].item(), test_loss=(test_sums[0] / test_sums[2]).item(),
+                 test_acc=(test_sums[1] / test_sums[2]).item(), lr=lr, images_per_s=sums[2].item() / max(self.seconds, 1e-9),
+                 seconds=before + time.time() - self.epoch_started)
+        r["best_test_acc"] = max([r["test_acc"]] + [m["test_acc"] for m in self.history])
+        if self.writer and getattr(self.model, "attention_layers", None):  # how convolution-like, per layer
+            r["layers"] = layer_measures(self.model)
+        self.history.append(r)
+        if self.writer:  # logs first: a resumed run drops lines past its checkpoint's epoch
+            append_jsonl(self.out / "metrics.jsonl", r)
+            if head_snapshot(self.model):
+                append_jsonl(self.out / "heads.jsonl", {"epoch": r["epoch"], "layers": head_snapshot(self.model)})
+            eta = (self.cfg.epochs - r["epoch"]) * r["seconds"] / r["epoch"]
+            print(f"epoch {r['epoch']:>3}/{self.cfg.epochs}  train loss {r['train_loss']:.3f} acc {r['train_acc']:.3f}  "
+                  f"test loss {r['test_loss']:.3f} acc {r['test_acc']:.3f}  lr {r['lr']:.4f}  "
+                  f"{r['images_per_s']:.0f} img/s  {r['seconds']:.0f}s  ETA {eta / 60:.1f} min", flush=True)
+        self.epoch, self.step, self.seconds = self.epoch + 1, 0, 0.0
+        return r
+
+    def stopped(self):
+        if self.writer:
+            print(f"stopped in epoch {self.epoch + 1} after {self.step} batches; saved. Continue with: "
+                  f"python train.py --resume {self.out}", file=sys.stderr)
+
+    def finish(self) -> dict:
+        """The last epoch's record, said; with several processes, their weights checked equal."""
+        if self.world > 1:
+            flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
+            reference = flat.clone()
+            dist.broadcast(reference, 0)
+            differ = (flat != reference).any().float()
+            dist.all_reduce(differ)
+            if self.writer:
+                print(f"weights identical across {self.world} processes: {differ.item() == 0}")
+        last = self.history[-1]
+        if self.writer:
+            print(f"final test accuracy (epoch {last['epoch']}): {last['test_acc']:.4f}; best on test, "
+                  f"i.e. model selection on the test set: {last['best_test_acc']:.4f}")
+        return last
 
 
 # ---- what computed a run -----------------------------------------------------------------

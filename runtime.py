@@ -1,14 +1,19 @@
-"""How a training run runs on its machine; none of it changes what the paper computes.
+"""The machinery around the scripts, none of which changes what the paper computes.
 
-- precision: what the device computes fastest (bf16, fp16 with a gradient scaler, fp32);
+- the command line: every script's Config dataclass becomes its flags (`option`,
+  `parse_flags`), and `command_line` ends a script with one line and an exit code;
+- the device (cuda, then mps, then cpu) and the precision it computes natively (bf16, fp16
+  with a gradient scaler, fp32), decided once a run;
 - progress: images/s and the run's remaining time on stderr;
-- stop signals: Ctrl-C and SIGTERM stop at a batch boundary, where a checkpoint resumes exactly
+- stop signals: Ctrl-C and SIGTERM only set a flag that train.py reads between batches
   (and TrainingError, for a run that cannot go on);
-- the process: glibc keeps freed blocks for the next step, and subnormal floats count as zero;
-  a process of a multi-process run ends without C++'s exit-time teardown.
+- the process: glibc keeps freed blocks for the next step, and subnormal floats count as
+  zero; torchrun's process group, and a multi-process run's exit without C++'s teardown.
 """
+import argparse
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import sys
@@ -19,54 +24,101 @@ import torch
 import torch.distributed as dist
 
 
-# ---- precision ----------------------------------------------------------------------------
+# ---- the command line ---------------------------------------------------------------------
+
+def option(default, help: str, **flag):
+    """A Config field with its help text; `flag` holds more argparse settings (type, nargs, choices)."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=dict(help=help, **flag))
+    return dataclasses.field(default=default, metadata=dict(help=help, **flag))
+
+
+def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
+    """The values given on the command line, by field name ({"epochs": 3} for `--epochs 3`; flags
+    not given are absent). Every field of the dataclass is a flag `--field-name` (booleans also
+    `--no-field-name`), those in `positional` arguments."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS)
+    for f in dataclasses.fields(config_class):
+        flag = dict(f.metadata)
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if f.name not in positional and default not in ("", None, []) and "default" not in flag["help"]:
+            flag["help"] += f" (default {default})"
+        if f.type in (bool, bool | None):
+            flag["action"] = argparse.BooleanOptionalAction
+        elif "type" not in flag and not isinstance(default, list):
+            flag["type"] = f.type
+        parser.add_argument(f.name if f.name in positional else "--" + f.name.replace("_", "-"), **flag)
+    return vars(parser.parse_args(argv))
+
+
+def command_line(main, errors: tuple):
+    """Run a script's `main()` as a command: the process set up first (fast_cpu_process); an
+    expected error (`errors`) printed as one line, exit 1; a stop at a batch boundary (Stop,
+    already saved and said) exits 128 + the signal's number, as a shell reports it."""
+    fast_cpu_process()  # before any parallel work
+    code = 0
+    try:
+        main()
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 1
+    except Stop as e:
+        code = 128 + e.signum
+    except KeyboardInterrupt:
+        code = 130
+    exit_process(code)  # several processes: without the teardown that aborts Gloo's threads
+
+
+# ---- device, processes and precision --------------------------------------------------------
+
+def pick_device(name: str, flag: str = "--device") -> torch.device:
+    """auto: cuda (this process's GPU under torchrun), then mps, then cpu; else the device named."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"{flag} {name}: not a device name (auto, cpu, cuda, cuda:1, mps)") from None
+    available = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available()).get(device.type, True)
+    if not available:
+        raise ValueError(f"{flag} {name}: this machine has no {device.type.upper()} device; use {flag} cpu or auto")
+    return device
+
+
+@contextlib.contextmanager
+def processes(device: torch.device):
+    """(rank, world) of this process: (0, 1) alone; under torchrun, its place in the process
+    group (NCCL on GPUs, Gloo on CPUs), which is torn down however the block ends."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        yield rank, world
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class Precision:
-    """Autocast and, for fp16, a gradient scaler: fp16's small range needs the gradients
-    computed at a large scale and divided back before the step, a step whose gradients
-    overflowed skipped. `attach` hides that behind the plain `loss.backward()` and
-    `optimizer.step()` of the training loop (torch.amp.GradScaler does the arithmetic)."""
-
-    def __init__(self, name: str, device: torch.device):
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
-        self.autocast = (lambda: torch.autocast(device.type, dtype)) if dtype else contextlib.nullcontext
-        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
-        if device.type == "cuda" and name == "fp32":
-            torch.set_float32_matmul_precision("high")  # TF32 tensor cores, on Ampere and newer
-
-    def scale_gradient(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits, unchanged; fp16: the gradient reaching them back is multiplied by the scale
-        (the same as scaling a loss that depends on the parameters through the logits alone)."""
-        return ScaleGradient.apply(logits, self.scaler) if self.scaler.is_enabled() and logits.requires_grad else logits
-
-    def attach(self, optimizer: torch.optim.Optimizer):
-        """fp16: every optimizer.step() first divides the gradients by the scale, and skips the
-        step (every gradient dropped) when one is not finite; then the scale is updated."""
-        if self.scaler.is_enabled():
-            optimizer.register_step_pre_hook(self.unscale_or_skip)
-            optimizer.register_step_post_hook(lambda *_: self.scaler.update())
-
-    def unscale_or_skip(self, optimizer, args, kwargs):
-        self.scaler.unscale_(optimizer)
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if grads and not torch.stack([g.isfinite().all() for g in grads]).all():
-            optimizer.zero_grad(set_to_none=True)  # SGD leaves a parameter without a gradient as it is
-
-
-class ScaleGradient(torch.autograd.Function):
-    """The identity forward; backward multiplies the incoming gradient by the scaler's scale."""
-
-    @staticmethod
-    def forward(ctx, x, scaler):
-        ctx.scaler = scaler
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.scaler.scale(grad), None
+def decide_precision(name: str, device: torch.device, world: int) -> tuple:
+    """(precision, why): `name`, or for auto what the device computes natively (choose_precision),
+    decided by the first process for all of them."""
+    if name != "auto":
+        return name, f"{name}: --precision"
+    precision, reason = choose_precision(device)
+    if world > 1:  # every process computes as the first decided
+        choice = torch.tensor(PRECISIONS.index(precision), device=device)
+        dist.broadcast(choice, 0)
+        precision = PRECISIONS[int(choice.item())]
+    return precision, reason
 
 
 def cpu_bf16_speedup() -> float:
@@ -181,6 +233,7 @@ class StopSignal:
 
     def __init__(self, device, world: int, verbose: bool):
         self.device, self.world, self.verbose, self.received, self.previous = device, world, verbose, 0, {}
+        self.signum = 0  # the signal every process agreed to stop for
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -200,12 +253,14 @@ class StopSignal:
                   "(Ctrl-C again: stop now, keeping the last checkpoint)", file=sys.stderr, flush=True)
 
     def requested(self) -> int:
-        """The signal to stop for (0: none), agreed by every process."""
+        """The signal to stop for (0: none), agreed by every process; kept in `signum`."""
         if self.world == 1:
-            return self.received
-        flag = torch.tensor(self.received, device=self.device)
-        dist.all_reduce(flag, dist.ReduceOp.MAX)
-        return int(flag.item())
+            self.signum = self.received
+        else:
+            flag = torch.tensor(self.received, device=self.device)
+            dist.all_reduce(flag, dist.ReduceOp.MAX)
+            self.signum = int(flag.item())
+        return self.signum
 
 
 # ---- the process --------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""The test suite, grouped by the paper's claims: `python -m pytest -q test_all.py`.
+"""The test suite, grouped by the paper's claims: `python -m pytest -q test_all.py` (a few
+minutes on 2 cores; `-m "not slow"` skips the tests that start training processes; the lab's
+own tests are lab/test_lab.py, and `python -m pytest -q` runs both).
 
 Every fast path is held to an independent reference: the dense equations, F.conv2d,
 eq. 15 written out here, the paper's tables for parameter counts.
@@ -31,17 +33,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import attention
-import bench
-import compare
 import data as data_lib
-import flags as flags_lib
 import model as model_lib
 import records
 import runtime
 import prove
 import prune as prune_lib
 import train as train_lib
-import harness
 import visualize as viz
 import measures
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
@@ -522,7 +520,8 @@ def test_the_data_is_named_by_the_md5_of_its_six_batch_files(tmp_path):
     assert data_lib.identity("synthetic", seed=1)["md5"] != data_lib.identity("synthetic", seed=0)["md5"]
 
 
-SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"
+PROJECT_DATA = Path(__file__).resolve().parent / "data"  # train.py's default --data-dir
+SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"  # a JPEG copy beside the project, if any
 
 
 def write_archive(path: Path, n: int = 20) -> str:
@@ -584,8 +583,11 @@ def test_no_network_gives_a_clear_message(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def real_cifar(tmp_path_factory):
+    """CIFAR-10 from data/ (where the first run downloads it), else rebuilt from a development copy."""
+    if (PROJECT_DATA / data_lib.FOLDER).is_dir():
+        return data_lib.load_cifar10(PROJECT_DATA)
     if not (SHARED_DATA / "make_cifar10.py").exists():
-        pytest.skip("../shared/data is not beside the project")
+        pytest.skip("no CIFAR-10 in data/: `python data.py` downloads it")
     out = tmp_path_factory.mktemp("cifar")
     subprocess.run([sys.executable, str(SHARED_DATA / "make_cifar10.py"), str(out)], check=True, capture_output=True)
     return data_lib.load_cifar10(out)
@@ -695,7 +697,7 @@ def test_presets_and_flags():
 
 
 def test_precision_is_decided_once_and_kept_by_the_checkpoint(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(harness, "choose_precision", lambda device: ("bf16", "bf16: faked"))
+    monkeypatch.setattr(runtime, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     train_lib.main(small_config(tmp_path / "a", precision="auto", epochs=1))
     assert records.load_checkpoint(tmp_path / "a" / "run")[0]["config"]["precision"] == "bf16"
     record = json.loads((tmp_path / "a" / "run" / "config.json").read_text())
@@ -728,7 +730,7 @@ def test_fp16_with_a_gradient_scaler_trains_and_checkpoints_the_scaler(tmp_path)
 def test_a_run_directory_is_never_overwritten_by_a_new_run(tmp_path):
     train_lib.main(small_config(tmp_path, epochs=1))
     before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
-    with pytest.raises(ValueError, match="holds a run: continue it with --resume"):
+    with pytest.raises(ValueError, match=r"holds a run \(config.json, .*\): continue it with python train.py --resume"):
         train_lib.main(small_config(tmp_path, epochs=1, lr=0.01))
     assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
@@ -754,7 +756,7 @@ def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
     ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
 def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
     net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
-    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0))
+    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0), torch.device("cpu"))
     decay = {id(p): (g["weight_decay"], g["lr"]) for g in opt.param_groups for p in g["params"]}
     for name, p in net.named_parameters():
         positional = ".encoding." in name
@@ -791,38 +793,6 @@ def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
     assert last["test_acc"] > 0.3  # chance is 0.1
 
 
-def test_fp16_steps_behind_plain_backward_and_step_equal_the_textbook_grad_scaler_loop():
-    """Precision.attach and scale_gradient against torch.amp's documented loop
-    (scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()), bit for bit, with
-    a first scale so large that the first steps overflow and are skipped."""
-    def train(textbook: bool):
-        torch.manual_seed(0)
-        net = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-        precision = runtime.Precision("fp16", torch.device("cpu"))
-        precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40, growth_interval=3)
-        if not textbook:
-            precision.attach(optimizer)
-            net = harness.Autocast(net, precision)
-        for step in range(8):
-            images, labels = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
-            with precision.autocast():
-                loss = F.cross_entropy(net(images).float(), labels)
-            optimizer.zero_grad(set_to_none=True)
-            if textbook:
-                precision.scaler.scale(loss).backward()
-                precision.scaler.step(optimizer)
-                precision.scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-        return [p.detach().clone() for p in optimizer.param_groups[0]["params"]], precision.scaler.get_scale()
-
-    (plain, scale), (textbook, textbook_scale) = train(False), train(True)
-    assert scale == textbook_scale < 2.0**40  # overflowing steps were skipped and the scale fell
-    assert all(torch.equal(a, b) for a, b in zip(plain, textbook))
-
-
 @pytest.mark.parametrize("precision, spread_hold, device", [("fp32", 0.0, "cpu"), ("bf16", 0.0, "cpu"), ("fp16", 0.0, "cpu"),
                                                            ("fp32", 0.7, "cpu"),
                                                            pytest.param("bf16", 0.0, "cuda", marks=on_gpu)])
@@ -831,16 +801,16 @@ def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision
     train_lib.main(small_config(tmp_path / "a", **kw))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
-    real_save = harness.atomic_save
+    real_save = train_lib.atomic_save
 
     def killed_after_first_checkpoint(obj, path):
         real_save(obj, path)
         raise SystemExit("killed")  # as a SIGKILL right after epoch 1 was saved
 
-    monkeypatch.setattr(harness, "atomic_save", killed_after_first_checkpoint)
+    monkeypatch.setattr(train_lib, "atomic_save", killed_after_first_checkpoint)
     with pytest.raises(SystemExit):
         train_lib.main(small_config(tmp_path / "b", **kw))
-    monkeypatch.setattr(harness, "atomic_save", real_save)
+    monkeypatch.setattr(train_lib, "atomic_save", real_save)
     assert torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 1
     train_lib.main(train_lib.Config(resume=str(tmp_path / "b" / "run")))
     resumed = final_weights(tmp_path / "b" / "run")
@@ -959,17 +929,17 @@ def test_a_finished_run_resumed_says_so_and_trains_nothing(tmp_path, capsys):
 
 
 def test_ctrl_c_between_an_epochs_log_and_its_checkpoint_counts_that_epoch_once(tmp_path, monkeypatch):
-    real_append = harness.append_jsonl
+    real_append = records.append_jsonl
 
     def interrupted_after_logging(path, record):
         real_append(path, record)
         if path.name == "metrics.jsonl" and record["epoch"] == 1:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(harness, "append_jsonl", interrupted_after_logging)
+    monkeypatch.setattr(records, "append_jsonl", interrupted_after_logging)
     with pytest.raises(runtime.Stop):
         train_lib.main(small_config(tmp_path))
-    monkeypatch.setattr(harness, "append_jsonl", real_append)
+    monkeypatch.setattr(records, "append_jsonl", real_append)
     train_lib.main(train_lib.Config(resume=str(tmp_path / "run")))
     checkpoint, _ = records.load_checkpoint(tmp_path / "run")
     assert [m["epoch"] for m in checkpoint["metrics"]] == [1, 2]
@@ -1092,42 +1062,14 @@ def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
     assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
 
 
-@pytest.mark.gpu
-@needs_cuda
-def test_bench_times_the_papers_model_on_cuda_against_its_measured_peak(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["bench.py", "--quick", "--devices", "cuda", "--repeats", "2",
-                                      "--json", str(tmp_path / "bench.json")])
-    bench.main()
-    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
-    models = [r for r in rows if r["device"] == "cuda" and r["kind"] == "model"]
-    assert {r["name"] for r in models} >= {"paper model quadratic", "paper model quadratic, compiled",
-                                          "paper model, A.4's dropout"}
-    assert all(0 < r["utilization"] < 1 and r["compiled"] == r["name"].endswith("compiled") for r in models)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-@pytest.mark.parametrize("command", [["train.py", "--device", "cuda", "--preset", "tiny"], ["bench.py", "--devices", "cuda"]])
+@pytest.mark.parametrize("command", [["train.py", "--device", "cuda", "--preset", "tiny"]])
 def test_asking_for_cuda_without_it_is_refused_in_one_line(command):
     result = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=Path(__file__).parent,
                             timeout=120)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [f"error: {command[1]} cuda: this machine has no CUDA device; "
                                           f"use {command[1]} cpu or auto"]
-
-
-def test_the_gpu_command_runs_the_papers_configuration_shrunk_on_the_cpu(tmp_path):
-    """gpu.sh's training command, with flags appended that make it tiny (it skips bench.py here)."""
-    shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--dim", "16", "--ffn-dim", "16",
-              "--heads", "4", "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
-    result = subprocess.run(["bash", "gpu.sh", "data", str(tmp_path), *shrink], capture_output=True, text=True,
-                            cwd=Path(__file__).parent, env=dict(os.environ, GPU_SH_NO_BENCH="1"), timeout=300)
-    assert result.returncode == 0, result.stdout[-2000:]
-    run = tmp_path / "quadratic-e30"
-    config = json.loads((run / "config.json").read_text())
-    assert (config["encoding"], config["log_every"], config["lr"], config["attention_dropout"], config["center_std"],
-            config["position_lr"]) == ("quadratic", 500, 0.1, 0.1, 2.0, 1.0)  # A.4's recipe, the authors' start
-    assert json.loads((run / "steps.jsonl").read_text().splitlines()[0])["heads"][0]["centers"]
-    assert "final test accuracy" in (run / "train.log").read_text()
 
 
 @pytest.mark.gpu
@@ -1201,11 +1143,11 @@ def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_pat
     assert any(p.name == "fig5_attention_maps.png" for p in figures)
     last = train_lib.main(train_lib.Config(resume=str(out)))  # fine-tuning through train.py
     assert last["epoch"] == saved["config"]["epochs"]
-    with pytest.raises(ValueError, match="holds an earlier pruned run; remove it or choose another --out"):
+    with pytest.raises(ValueError, match="holds a run .*: continue it with python train.py --resume .*, or choose another --out"):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, out=str(out)))
 
 
-def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_run, tmp_path, capsys):
+def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_run, tmp_path, capsys, monkeypatch):
     checkpoint, _ = records.load_checkpoint(gaussian_run)
     finetune = train_lib.Config(**checkpoint["config"])
     model = records.model_from_checkpoint(checkpoint)
@@ -1214,10 +1156,11 @@ def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_ru
     checkpoint["model"] = model.state_dict()
     (tmp_path / "run").mkdir()
     torch.save(checkpoint, tmp_path / "run" / "checkpoint.pt")
+    monkeypatch.chdir(tmp_path)
     prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu", precision="fp32"))
     out = capsys.readouterr().out
     before, pruned = prune_lib.test_accuracy([model, records.model_from_checkpoint(
-        records.load_checkpoint(tmp_path / "run-pruned")[0])], finetune)  # its weights were fine-tuned since
+        records.load_checkpoint(tmp_path / "runs" / "run-pruned")[0])], finetune)  # its weights were fine-tuned since
     assert f"test accuracy {before:.4f} -> " in out and "fine-tuning 1 epoch at lr 0.005 in fp32: --precision" in out
     table = out[out.index("\nmodel ") + 1:].splitlines()
     assert [line.split()[0] for line in table] == ["model", "run", "pruned", "pruned,"]
@@ -1254,223 +1197,6 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
     torch.save(checkpoint, tmp_path / "all.pt")
     with pytest.raises(ValueError, match="every head of layer 2 is degenerate"):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "all.pt"), finetune=False))
-
-
-# ---- Seeds: runs that differ only in seed are one experiment ---------------------------------
-
-def write_run(path: Path, seed: int, accs: list, layer: dict = None, **config):
-    path.mkdir(parents=True)
-    record = dict(encoding="quadratic", lr=0.05, seed=seed, out=str(path), environment={"commit": str(seed)}) | config
-    (path / "config.json").write_text(json.dumps(record))
-    lines = [dict(epoch=e + 1, test_acc=a, seconds=60.0 * (e + 1) * (seed + 1)) | ({"layers": [layer]} if layer else {})
-             for e, a in enumerate(accs)]
-    (path / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-    return path
-
-
-def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp_path):
-    found = lambda ring, loc: dict(locality_3x3=loc, locality_5x5=0.9, one_pixel=ring + 1, ring=ring, sides=4, coverage=ring)
-    runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], found(ring, loc))
-            for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
-    runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
-    runs.append(write_run(tmp_path / "b1", 1, [0.2, 0.4], lr=0.1, min_alpha=0.0))  # a default written out: the same
-    groups = compare.group([compare.load_run(r) for r in runs])
-    assert sorted(len(g) for g in groups.values()) == [2, 3]
-    a = compare.summarize(next(g for g in groups.values() if len(g) == 3))
-    assert a["seeds"] == [0, 1, 2] and a["epochs"] == 2
-    assert a["test_acc"] == pytest.approx(dict(mean=0.6, std=0.1, min=0.5, max=0.7))  # std over 3 seeds, n - 1
-    assert a["minutes"] == pytest.approx(dict(mean=4.0, std=2.0, min=2.0, max=6.0))
-    assert a["layers"][0]["ring"] == pytest.approx(dict(mean=7.0, std=1.0, min=6.0, max=8.0))
-    assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
-    text = compare.table(groups)
-    params = f"{sum(p.numel() for p in model_lib.build_model('quadratic').parameters()):,}"  # A.4's model
-    assert (f"| lr=0.05 | not recorded | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | "
-            "0.700 (0.600-0.800) | 0.900 | 8.0 (7.0-9.0) | 7.0 (6.0-8.0) / 4.0 / - | 7.0 (6.0-8.0) | - |") in text
-    assert f"| lr=0.1 | not recorded | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - | - | - | - |" in text
-    assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
-    with pytest.raises(ValueError, match="repeat a seed"):
-        compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
-    with pytest.raises(FileNotFoundError, match="not a run directory"):
-        compare.load_run(tmp_path)
-
-
-def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_path):
-    # Equal variances (1) and sizes (3): Welch's degrees of freedom are 2 (n - 1) = 4 and its
-    # standard error sqrt(1/3 + 1/3). A difference of t_{0.975, 4} = 2.776445 (a t table)
-    # standard errors puts the interval's lower end at 0 and the two-sided p-value at 0.05.
-    se = math.sqrt(2 / 3)
-    shift = 2.776445 * se
-    d = compare.difference([1.0, 2.0, 3.0], [1.0 - shift, 2.0 - shift, 3.0 - shift])
-    assert d["difference"] == pytest.approx(shift)
-    assert (d["low"], d["high"]) == pytest.approx((0.0, 2 * shift), abs=1e-5)
-    assert d["p"] == pytest.approx(0.05, abs=1e-5) and d["n"] == (3, 3)
-    data = [dict(name="CIFAR-10", md5="a"), dict(name="CIFAR-10 (JPEG q75 copy)", md5="b")]
-    runs = [write_run(tmp_path / f"{name}{s}", s, [acc], data=data[k])
-            for k, name, accs in ((0, "a", (1.0, 2.0, 3.0)), (1, "b", (1.0 - shift, 2.0 - shift, 3.0 - shift)))
-            for s, acc in enumerate(accs)]
-    groups = compare.group([compare.load_run(r) for r in runs])
-    assert len(groups) == 2  # runs on different data are never one experiment
-    assert "| data=CIFAR-10 | CIFAR-10 |" in compare.table(groups)
-    text = compare.differences(groups, ["test_acc", "ring"], 1)
-    assert f"test_acc: +{shift:.3f}, 95% interval [+0.000, +{2 * shift:.3f}], Welch p = 0.05 (3 and 3 seeds)" in text
-    assert "layer 1 ring: not every run has ring for layer 1" in text
-
-
-def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
-    # Three seeds whose layer-1 mass_5x5 rises from step 0 by 0.1, 0.2 and 0.3: a mean change
-    # of 0.2 with sample std 0.1, so Student's 95% interval is 0.2 -+ t_{0.975, 2} 0.1 / sqrt(3),
-    # t_{0.975, 2} = 4.302653 (a t table).
-    runs = []
-    for seed, rise in enumerate((0.1, 0.2, 0.3)):
-        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5], log_every=100 * (seed + 1))  # logging: not the experiment
-        lines = [{"step": step, "train_loss": None, "heads": [None],
-                  "layers": [dict.fromkeys(compare.CURVES, 1.0) | {"mass_5x5": 0.5 + rise * step / 200,
-                                                                   "one_pixel": step // 100 + seed}]}
-                 for step in (0, 100, 200)]
-        (run / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-        runs.append(compare.load_run(run))
-    groups = compare.group(runs)
-    assert len(groups) == 1 and compare.values(runs, "mass_5x5", 1, 200) == pytest.approx([0.6, 0.7, 0.8])
-    half = 4.302653 * 0.1 / math.sqrt(3)
-    text = compare.changes(groups, ["mass_5x5"], 1, 200)
-    assert f"start → step 200: 0.500 → 0.700, change +0.200, 95% interval [{0.2 - half:+.3f}, {0.2 + half:+.3f}]" in text
-    table = compare.steps_table(groups, [0, 200], 1)
-    assert "| quadratic | 3 | 0 | 1.00 | 1.00 (0.00-2.00) |" in table and "| quadratic | 3 | 200 | 1.00 | 3.00 (2.00-4.00) |" in table
-    with pytest.raises(ValueError, match="logged no step 300"):
-        compare.values(runs, "mass_5x5", 1, 300)
-    assert not_blank(compare.steps_figure(groups, 1, tmp_path))
-    monkeypatch.setattr(sys, "argv", ["compare.py", *(str(r["path"]) for r in runs), "--at", "0", "200",
-                                      "--out", str(tmp_path / "cli")])
-    compare.main()  # the command line draws the same figure
-    assert not_blank(tmp_path / "cli" / "steps_layer1.png")
-    with pytest.raises(ValueError, match="no run has steps.jsonl"):
-        compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
-
-
-def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chance_holds(tmp_path):
-    # Three heads start at (0.1, 0.9), (1.2, -0.1), (1.1, 0.2): nearest pixels (0, 1), (1, 0), (1, 0).
-    # At step 100 they sit on (0, 1), (1, 0), (1, 0) with alpha 10 (one-pixel heads): 2 distinct
-    # pixels, both a start's nearest, all 3 heads on their own; (1, 0) shared by heads that began
-    # |(1.2, -0.1) - (1.1, 0.2)| = sqrt(0.1) px apart. Dealt the start's pixels at random, head 0
-    # gets (0, 1) with probability 1/3 and heads 1, 2 get (1, 0) with 2/3 each: 5/3 expected on
-    # their own. At step 200 head 0 moved to (-1, -1): a pixel no head began nearest to (4/3
-    # expected); its path is 0.2 + 2.24 px. Alpha 0.5 at the start: no one-pixel head. At step 300
-    # heads 0 and 2 widen to alpha 0.1 and 0.2: one is below WIDE = 0.2.
-    start = [[0.1, 0.9], [1.2, -0.1], [1.1, 0.2]]
-    later = {100: [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], 200: [[-1.0, -1.0], [1.0, 0.0], [1.0, 0.0]]}
-
-    def run_from(name, seed, begun):
-        run = write_run(tmp_path / name, seed, [0.3], layers=1, heads=3, dim=6, ffn_dim=6)
-        heads = ({0: dict(centers=begun, alpha=[0.5] * 3)} | {s: dict(centers=c, alpha=[10.0, 10.0, 20.0]) for s, c in later.items()}
-                 | {300: dict(centers=later[200], alpha=[0.1, 10.0, 0.2])})
-        (run / "steps.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": None, "layers": [{}], "heads": [h]}) + "\n"
-                                                 for s, h in heads.items()))
-        return compare.load_run(run)
-
-    runs = [run_from(f"s{seed}", seed, start) for seed in (0, 1)]
-    found = compare.run_origins(runs[0], 1)
-    assert {k: v for k, v in found[0].items() if k not in ("shared_start_gap", "travel_one_pixel")} == dict(
-        travel_mean=0.0, path=0.0, alpha=0.5, wide=0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
-        own_start_chance=0.0, shared=0)
-    assert found[0]["shared_start_gap"] is None and found[0]["travel_one_pixel"] is None  # none shared, none one-pixel
-    moved = [math.hypot(0.1, 0.1), math.hypot(0.2, 0.1), math.hypot(0.1, 0.2)]
-    assert found[100].pop("pixels") == [(0, 1), (1, 0)] and found[200]["pixels"] == [(-1, -1), (1, 0)]
-    assert found[100] == pytest.approx(dict(travel_mean=sum(moved) / 3, travel_one_pixel=sum(moved) / 3, path=sum(moved) / 3,
-                                            alpha=10.0, wide=0, start_pixels=2, one_pixel=2, already_nearest=2, own_start=3, own_start_chance=5 / 3, shared=1,
-                                            shared_start_gap=math.sqrt(0.1)))
-    assert found[200]["one_pixel"] == 2 and found[200]["already_nearest"] == 1 and found[200]["own_start"] == 2
-    assert found[200]["own_start_chance"] == pytest.approx(4 / 3)
-    assert found[200]["path"] == pytest.approx((sum(moved) + math.hypot(1, 2)) / 3)  # head 0: (0, 1) -> (-1, -1)
-    assert found[200]["travel_mean"] == pytest.approx((math.hypot(1.1, 1.9) + sum(moved[1:])) / 3)
-    assert found[300]["wide"] == 1 and found[300]["one_pixel"] == 1  # only head 1 still sharp
-    # Another seed began nearest to (0, 1), (-1, -1), (2, 0): of seed 0's pixels it holds (0, 1)
-    # at step 100 and (-1, -1) at step 200; seed 0's start holds both of its step-100 pixels.
-    other = run_from("s2", 2, [[0.1, 0.9], [-1.2, -0.9], [2.1, 0.2]])
-    chance = compare.group_origins([runs[0], other], 1)
-    assert [chance[0][s]["already_nearest_other"] for s in (0, 100, 200)] == [0, 1, 1]
-    assert chance[1][100]["already_nearest_other"] == 2
-    assert compare.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
-    text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
-    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 2.00 | 2.00 | 2.00 | 3.00 | 1.67 | 1.00 "
-            "| 0.32 |") in text
-    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
-    assert "another seed's start" in text.splitlines()[0] and "dealt to the heads at random" in text.splitlines()[0]
-    assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
-    assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
-    path = compare.origins_figure(compare.group(runs), [1], tmp_path, x="position_lr")
-    assert path.name == "origins_layers1_position_lr.png" and not_blank(path)
-    with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
-        compare.run_origins(compare.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
-
-
-def test_summed_position_lr_follows_the_schedule_of_the_run():
-    config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic", lr=0.1, position_lr=10.0, warmup=0.25)
-    factor = train_lib.warmup_cosine(8, 0.25)  # 4 steps an epoch, 2 of warm-up
-    assert [factor(t) for t in (0, 1)] == [0.5, 1.0]
-    assert compare.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx(
-        [0.0, 0.5, 1.5, sum(factor(t) for t in range(8))])
-    assert compare.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx(
-        [0.1 * sum(factor(t) for t in range(8))])
-
-
-def test_training_loss_between_logged_steps_is_recovered_from_the_running_means(tmp_path):
-    per_step = [4, 2, 3, 1, 1, 1, 5, 5]  # 2 epochs of 4 steps; the epoch's running mean logged
-    running = lambda s: statistics.fmean(per_step[(s - 1) // 4 * 4:s])
-    config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic")
-    runs = []
-    for seed, every in ((0, 2), (1, 3)):
-        path = write_run(tmp_path / f"r{seed}", seed, [0.3, 0.4], **config)
-        lines = [dict(step=0, train_loss=None, layers=[])] + \
-                [dict(step=s, train_loss=running(s), layers=[]) for s in range(every, 9, every)]
-        (path / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-        runs.append(compare.load_run(path))
-    # every 2: each interval's own mean; every 3: step 6 opens epoch 1, so from that epoch's start
-    assert compare.interval_losses(runs[0]) == pytest.approx({2: 3.0, 4: 2.0, 6: 1.0, 8: 5.0})
-    assert compare.interval_losses(runs[1]) == pytest.approx({3: 3.0, 6: 1.0})
-    assert not_blank(compare.loss_figure(compare.group(runs[:1]), tmp_path / "figs"))
-
-
-def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
-    cfg = small_config(tmp_path, epochs=1)
-    train_lib.main(cfg)
-    torch.manual_seed(cfg.seed)
-    start = measures.layer_measures(model_lib.model_from_config(dataclasses.asdict(cfg)))[0]
-    found = compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
-    assert found["start_locality_3x3"] == pytest.approx(start["locality_3x3"]) and "travelled" in found
-    assert found["start_locality_3x3"] != pytest.approx(found["locality_3x3"])
-    heads = Path(cfg.out) / "heads.jsonl"
-    lines = heads.read_text().splitlines()
-    other = json.loads(lines[0])
-    other["layers"][0]["centers"][0][0] += 0.01  # a start that the seed does not rebuild
-    heads.write_text("\n".join([json.dumps(other)] + lines[1:]) + "\n")
-    assert "start_locality_3x3" not in compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
-
-
-def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
-    runs = []
-    for seed in (0, 1):
-        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5])
-        snapshots = [{"epoch": e, "layers": [{"centers": (kernel * (0.5 + e)).tolist(), "alpha": [0.5 + 2 * e] * 9}]}
-                     for e, kernel in enumerate([attention.kernel_shifts(9)] * 3)]
-        (run / "heads.jsonl").write_text("".join(json.dumps(s) + "\n" for s in snapshots))
-        runs.append(compare.load_run(run))
-    path = compare.grids_figure(runs + [compare.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
-    assert path.name == "fig2_side_by_side_layer1.png" and not_blank(path)
-    with pytest.raises(ValueError, match="no run has head centers"):
-        compare.grids_figure([compare.load_run(tmp_path / "no-heads")], 1, tmp_path)
-
-
-def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
-    net = model_lib.build_model("learned", layers=1, dim=8, ffn_dim=8, heads=4)
-    snapshot = records.head_snapshot(net)
-    central = torch.tensor(snapshot[0]["central"])  # [heads, 16, 16], 4 decimals
-    torch.testing.assert_close(central, measures.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
-    run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
-    (run / "heads.jsonl").write_text(json.dumps({"epoch": 1, "layers": snapshot}) + "\n")
-    runs = [compare.load_run(run), compare.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
-    assert not_blank(compare.maps_figure(runs, 1, tmp_path))
-    with pytest.raises(ValueError, match="no run has central-query probabilities"):
-        compare.maps_figure(runs[1:], 1, tmp_path)
 
 
 # ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------
@@ -1549,113 +1275,90 @@ def test_keep_freed_memory_stops_page_faults_when_memory_is_reused():
 
 
 SUBNORMAL_PROBE = """
-import importlib, sys, torch
+import runpy, sys, torch
+import runtime
 torch.set_num_threads(2)
-script, entry, stub, early = sys.argv[1:]
+script, early = sys.argv[1:]
 if early == "parallel work first":
     (torch.ones(2**20) * 2).sum()  # starts the thread pool before the script's setup
-module = importlib.import_module(script)
 
-def probe(*args, **kwargs):  # runs where the script would read its flags: after its setup
+def probe(*args, **kwargs):  # runs where the script reads its flags: after its setup
     subnormal = torch.full((2**20,), 2**20, dtype=torch.int32).view(torch.float32)  # 2^-129, made without arithmetic
     product = subnormal * 1.0  # split across the 2 threads
     print(int((product != 0).sum()))
     raise SystemExit(0)
 
-setattr(module, stub, probe)
-getattr(module, entry)()
+runtime.parse_flags = probe
+runpy.run_module(script, run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("script, entry, stub", [("train", "command_line", "parse_config"), ("bench", "main", "parse_flags"),
-                                                 ("prune", "main", "parse_flags"), ("prove", "main", "parse_flags"),
-                                                 ("visualize", "main", "parse_flags")])
-def test_every_script_flushes_subnormals_in_every_thread(script, entry, stub):
-    """After a script's start-up, a product split across two threads computes every subnormal
-    as 0; set after the thread pool exists, the flag reaches the main thread's half only."""
+def flushes_subnormals(script: str) -> bool:
+    """After `python -m SCRIPT`'s start-up, a product split across two threads computes every
+    subnormal as 0; set after the thread pool exists, the flag reaches the main thread's half only."""
     def nonzero(early):
-        out = subprocess.run([sys.executable, "-c", SUBNORMAL_PROBE, script, entry, stub, early], capture_output=True,
+        out = subprocess.run([sys.executable, "-c", SUBNORMAL_PROBE, script, early], capture_output=True,
                              text=True, check=True, cwd=Path(__file__).parent).stdout
         return int(out.split()[-1])
 
-    assert nonzero("setup first") == 0
-    assert 0 < nonzero("parallel work first") < 2**20  # the worker thread kept its subnormals
+    return nonzero("setup first") == 0 and 0 < nonzero("parallel work first") < 2**20
 
 
-def test_bench_quick_measures_every_encoding(monkeypatch):
-    threads = torch.get_num_threads()
-    rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    names = [r["name"] for r in rows]
-    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
-    assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
-    (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
-    assert torch.get_num_threads() == threads  # restored after its one-thread measurement
-    monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
-    models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
-    assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]
-    assert all(r["images_per_s"] > 0 and 0 < r["utilization"] and r["gflop_per_image"] > 0 for r in models)
-    for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
-        step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
-        assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
+@pytest.mark.parametrize("script", ["train", "prune", "prove", "visualize"])
+def test_every_script_flushes_subnormals_in_every_thread(script):
+    assert flushes_subnormals(script)
 
 
-def test_bench_times_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, capsys):
-    monkeypatch.setattr(bench, "choose_precision", lambda device: ("fp32", "fp32: CPU bf16 product 0.01x fp32"))
-    rows = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
-    assert {r.get("precision") for r in rows} == {"float32", None}
-    bench.print_tables(rows + bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1)), {"cpu": "a CPU"})
-    out = capsys.readouterr().out
-    assert "bf16 not timed (fp32: CPU bf16 product 0.01x fp32)" in out
-    assert len([line for line in out.splitlines() if line.startswith("tiny ") and line.split()[-1] == "-"]) == 3
+# ---- The documentation: every command it shows runs as written ----------------------------------
 
-
-# ---- The documentation: every command it shows runs on today's code -------------------------
-
-def documented_commands() -> list:
-    """(file, script, arguments) of every `python SCRIPT.py ...` in README.md and RESULTS.md:
-    in code blocks a line each, in inline code the whole span; the seed S (or $s) read as 0."""
+def documented_commands(path: Path) -> list:
+    """(script, arguments) of every `python SCRIPT.py ...` and `python -m lab.SCRIPT ...` in a
+    Markdown file: in code blocks a line each, in inline code the whole span; the seed S (or
+    $s) read as 0."""
     found = []
-    for name in ("README.md", "RESULTS.md"):
-        text = (Path(__file__).parent / name).read_text()
-        for block, span in re.findall(r"```[a-z]*\n(.*?)```|`([^`]+)`", text, re.S):
-            for piece in re.split(r"\n|;|&&|\|", block or span.replace("\n", " ")):
-                command = re.search(r"python3? (\w+)\.py\b(.*)", piece.split(" #")[0].split(" >")[0])
-                if command:
-                    seed_0 = lambda a: "0" if a == "S" else re.sub(r"(?<=-s)S$|\$s", "0", a)  # --seed S, run-sS
-                    found.append((name, command.group(1), [seed_0(a) for a in shlex.split(command.group(2))]))
+    for block, span in re.findall(r"```[a-z]*\n(.*?)```|`([^`]+)`", path.read_text(), re.S):
+        for piece in re.split(r"\n|;|&&|\|", block or span.replace("\n", " ")):
+            command = re.search(r"python3? (?:-m lab\.(\w+)|(\w+)\.py)\b(.*)", piece.split(" #")[0].split(" >")[0])
+            if command:
+                seed_0 = lambda a: "0" if a == "S" else re.sub(r"(?<=-s)S$|\$s", "0", a)  # --seed S, run-sS
+                script = command.group(1) or command.group(2)
+                found.append((script, [seed_0(a) for a in shlex.split(command.group(3))]))
     return found
 
 
-def test_every_run_and_file_under_results_is_cited_by_the_documentation():
-    root = Path(__file__).parent
-    text = (root / "README.md").read_text() + (root / "RESULTS.md").read_text()
-    cited = set()
-    for token in re.findall(r"results/[\w\-./*\[\]{},]+", text):
-        token = re.sub(r"(?<=-s)S\b", "*", token.rstrip(".,)"))  # seed placeholder: -sS
-        braces = re.search(r"\{([^}]*)\}", token)
-        cited |= {token.replace(braces.group(0), b) for b in braces.group(1).split(",")} if braces else {token}
-    entries = [p.parent for p in (root / "results").rglob("config.json")] + list((root / "results").glob("*.*"))
-    for entry in entries:
-        name = entry.relative_to(root).as_posix()
-        assert any(fnmatch.fnmatch(name, c) or name.startswith(c.rstrip("/") + "/") or c.startswith(name + "/")
-                   for c in cited), f"{name} is cited by neither README.md nor RESULTS.md"
-
-
-def test_every_documented_command_is_accepted_by_todays_code():
-    commands = documented_commands()
-    assert {script for _, script, _ in commands} >= {"prove", "model", "train", "visualize", "prune", "compare", "bench"}
-    scripts = dict(bench=bench, compare=compare, prove=prove, prune=prune_lib, visualize=viz, data=data_lib)
+def check_commands(path: Path, modules: dict):
+    """Every command of the file is accepted by today's code, and every committed path it names exists."""
     positional = dict(compare=("runs",), prune=("checkpoint",), visualize=("run",))
-    for name, script, argv in commands:
+    for script, argv in documented_commands(path):
         try:
             if script == "train":
                 train_lib.check_config(train_lib.parse_config(argv))
             elif script != "model":  # model.py takes no flags
-                module = scripts[script]
-                module.Config(**flags_lib.parse_flags(module.Config, module.__doc__, argv, positional.get(script, ())))
+                module = modules[script]
+                module.Config(**runtime.parse_flags(module.Config, module.__doc__, argv, positional.get(script, ())))
         except (SystemExit, ValueError) as e:
-            pytest.fail(f"{name}: python {script}.py {' '.join(argv)}: {e}")
-        for path in (a for a in argv if a.startswith("results/")):  # a committed run or figure it names exists
-            assert glob.glob(str(Path(__file__).parent / path)), f"{name}: python {script}.py ...: no {path}"
+            pytest.fail(f"{path.name}: python {script}.py {' '.join(argv)}: {e}")
+        for name in (a for a in argv if a.startswith("lab/results/")):  # a committed run it names exists
+            assert glob.glob(str(Path(__file__).parent / name)), f"{path.name}: python {script}.py ...: no {name}"
+
+
+README = Path(__file__).parent / "README.md"
+
+
+def test_every_command_in_the_readme_runs_as_written():
+    """Accepted by today's code; no two training commands share an --out (the second would be refused)."""
+    check_commands(README, dict(prove=prove, prune=prune_lib, visualize=viz, data=data_lib))
+    commands = documented_commands(README)
+    assert {script for script, _ in commands} >= {"prove", "model", "train", "visualize", "prune"}
+    outs = [argv[argv.index("--out") + 1] for script, argv in commands if script == "train" and "--out" in argv]
+    assert len(outs) == len(set(outs)), outs
+
+
+def test_the_readme_is_the_students_page():
+    """At most 100 lines, its figures committed, every link to a file that exists."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 100
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert len(figures) >= 4
+    for link in re.findall(r"\]\(([^)#]+)", text):
+        assert (README.parent / link).exists(), link

@@ -1,33 +1,34 @@
 """Train on CIFAR-10 with the paper's recipe (section 4.1, Appendix A.4).
 
-    python train.py --preset laptop                      # Fig. 2 on a CPU, in minutes (README)
+    python train.py --preset laptop                      # 2 layers of width 64 on a CPU, in minutes (README)
     python train.py --encoding quadratic                 # the paper's run: 300 epochs (a GPU)
     python train.py --preset tiny --encoding learned     # a smoke run
-    python train.py --resume runs/quadratic-paper        # continue exactly where a run stopped
+    python train.py --resume runs/quadratic-laptop       # continue exactly where a run stopped
     torchrun --nproc_per_node=4 train.py ...             # DistributedDataParallel, one process a GPU
 
-Read `main` beside A.4: data -> model -> optimizer -> schedule -> for each epoch,
-`train_epoch` and `evaluate`; the test set is evaluated after every epoch and the final
-epoch's accuracy is the result. What a long run needs besides (device and precision,
-checkpoints, resume, logs, stop signals, several processes) is harness.py's `Run`: the
-lines that name `run` can be skipped on first reading. The presets and the command line
-close this file. What to expect from the laptop preset (its time and test accuracy on each
-CPU class measured): README.md, section 3.
+Read top to bottom: the settings (Config, A.4's defaults), the optimizer and its schedule,
+one epoch of training (`train_epoch`: forward, loss, backward, step, under autocast and a
+gradient scaler), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule,
+resume, and the loop over epochs, which saves a checkpoint after every epoch and at a
+Ctrl-C. The presets and the command line close the file. What a long run needs besides
+(logs, progress, stop signals, several processes, the CPU's settings) is in records.py and
+runtime.py: no line there changes a step.
 """
 import math
-import sys
-from dataclasses import asdict, dataclass
+from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 import data as data_lib
 from attention import ENCODINGS, FastSelfAttention2d
-from flags import option, parse_flags
-from harness import Run
 from measures import head_overlap
 from model import MODELS, model_from_config
-from runtime import PRECISIONS, Stop, TrainingError, exit_process, fast_cpu_process
+from records import RunLog, atomic_save, load_checkpoint, output_folder
+from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, option,
+                     parse_flags, pick_device, processes)
 
 
 @dataclass
@@ -59,12 +60,12 @@ class Config:
                                      "(ConViT's local init; paper: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (paper: 0): it cannot widen past it")
     overlap: float = option(0.0, "weight in the loss of the heads' overlap, measures.head_overlap (paper: 0)")
-    # the run: data, preset, records and machinery (harness.py)
+    # the run: data, preset, records and machinery (records.py, runtime.py)
     dataset: str = option("cifar10", "CIFAR-10, or tiled motifs made in memory", choices=["cifar10", "synthetic"])
     data_dir: str = option("data", "folder with (or to receive) CIFAR-10")
     subset: int = option(0, "train on this many training images (0: all)")
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
-                                  "or laptop (Fig. 2 on a CPU)", choices=["paper", "tiny", "laptop"])
+                                  "or laptop (2 layers of width 64 on a CPU)", choices=["paper", "tiny", "laptop"])
     eval_batch_size: int = option(500, "images a test batch")
     log_every: int = option(0, "every this many steps (and at step 0), the layers' measures and heads to "
                                "steps.jsonl (0: none)")
@@ -82,13 +83,15 @@ class Config:
         return {k: v for k, v in PRESETS[self.preset].items() if not applies(k, self.encoding)}
 
 
-def make_optimizer(model, cfg: Config) -> torch.optim.SGD:
+def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
     """SGD with A.4's momentum and weight decay (A.4 lists the settings, the authors' code uses
     torch's SGD). One rule splits the parameters: a Gaussian head's center and
     spread (quadratic, gaussian: the encoding's `undecayed`) take no weight decay, as in the
     authors' code; every other parameter does. Ours: with --position-lr every positional
     parameter takes that multiple of the learning rate, and the spreads are a group of their
-    own (`spread`), which --spread-hold holds still."""
+    own (`spread`), which --spread-hold holds still. The update of every parameter runs as one
+    fused kernel (the same arithmetic, a few launches a step instead of one a parameter) where
+    the device has it."""
     undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
     spreads = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "spread", ())}
     groups = {}  # (positional, decayed, spread) -> parameters
@@ -97,7 +100,7 @@ def make_optimizer(model, cfg: Config) -> torch.optim.SGD:
     return torch.optim.SGD([dict(params=params, spread=spread, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
                                  weight_decay=cfg.weight_decay if decayed else 0.0)
                             for (positional, decayed, spread), params in sorted(groups.items())],
-                           lr=cfg.lr, momentum=cfg.momentum)
+                           lr=cfg.lr, momentum=cfg.momentum, fused=device.type in ("cpu", "cuda") or None)
 
 
 def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
@@ -130,35 +133,72 @@ def make_loss(model, cfg: Config):
                                    + cfg.overlap * sum(map(head_overlap, model.attention_layers)))
 
 
-def train_epoch(net, batches, loss_fn, optimizer, schedule, sums: torch.Tensor) -> torch.Tensor:
-    """One epoch of A.4, a batch at a time: forward, loss, backward, an SGD step, the
-    schedule's step. Adds each batch's summed loss, correct predictions and images to `sums`
-    [3] in place (a stopped run saves the running totals) and returns it."""
+def autocast(device: torch.device, precision: str):
+    """The run's precision (PyTorch's automatic mixed precision): matrix products in bf16 or fp16
+    inside the block, everything else in fp32; fp32 turns it off."""
+    return torch.autocast(device.type, dtype=DTYPES[precision], enabled=precision != "fp32")
+
+
+def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: str, sums: torch.Tensor):
+    """One epoch of A.4, a batch at a time: forward, loss, backward, an SGD step, the schedule's
+    step. Adds each batch's summed loss, correct predictions and images to `sums` [3] in place
+    (a stopped run saves the running totals)."""
     net.train()
     for images, labels in batches:  # [B, 3, 32, 32], [B]
-        logits = net(images)  # [B, 10]
-        loss = loss_fn(logits, labels)
+        with autocast(images.device, precision):
+            logits = net(images).float()  # [B, 10]
+            loss = loss_fn(logits, labels)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()  # fp16: the loss scaled up so that small gradients survive; else as is
+        scaler.step(optimizer)  # fp16: gradients unscaled first, the step skipped if one overflowed
+        scaler.update()
         schedule.step()
         n = len(labels)
         sums[:2] += torch.stack([loss.detach() * n, (logits.argmax(1) == labels).sum()]).double()
         sums[2] += n  # a number, not a tensor made on the host: no wait for the GPU
-    return sums
 
 
-def evaluate(net, batches) -> torch.Tensor:
+def evaluate(net, batches, precision: str) -> torch.Tensor:
     """Summed cross-entropy, correct predictions and images over the test batches: [3]."""
     net.eval()
     totals = 0
     with torch.no_grad():
         for images, labels in batches:
-            logits = net(images)
+            with autocast(images.device, precision):
+                logits = net(images).float()
             totals = totals + torch.stack([F.cross_entropy(logits, labels, reduction="sum"),
                                            (logits.argmax(1) == labels).sum(),
                                            torch.tensor(len(labels), device=labels.device)]).double()
     return totals
+
+
+def save_checkpoint(path, model, cfg: Config, log=None, optimizer=None, schedule=None, scaler=None, sums=None):
+    """Everything --resume needs to continue exactly: weights, optimizer, schedule, gradient
+    scaler, settings, where the run stands (`log`: epoch, step, this epoch's running sums and
+    seconds, the epochs' records) and the random number generators. Without an optimizer, a
+    starting point (a pruned model): --resume trains it from epoch 0."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    atomic_save(dict(model=model.state_dict(), config=asdict(cfg), optimizer=optimizer and optimizer.state_dict(),
+                     scheduler=schedule and schedule.state_dict(), scaler=scaler and scaler.state_dict(),
+                     epoch=log.epoch if log else 0, step=log.step if log else 0,
+                     partial=sums.tolist() + [log.seconds] if log else [], metrics=log.history if log else [],
+                     rng=dict(torch=torch.get_rng_state(), cuda=cuda)), path)
+
+
+def restore(checkpoint: dict, model, optimizer, schedule, scaler, sums: torch.Tensor, log: RunLog):
+    """The state save_checkpoint saved, put back; a starting point restores the weights only."""
+    model.load_state_dict(checkpoint["model"])
+    if checkpoint["optimizer"] is None:
+        return
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    schedule.load_state_dict(checkpoint["scheduler"])
+    scaler.load_state_dict(checkpoint["scaler"])
+    torch.set_rng_state(checkpoint["rng"]["torch"])
+    if sums.device.type == "cuda" and checkpoint["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    sums.copy_(torch.tensor(checkpoint["partial"][:3], dtype=torch.float64))
+    log.epoch, log.step, log.history, log.seconds = (checkpoint["epoch"], checkpoint["step"], checkpoint["metrics"],
+                                                     checkpoint["partial"][3])
 
 
 def load_data(cfg: Config) -> tuple:
@@ -173,24 +213,65 @@ def main(cfg: Config, model=None) -> dict:
     """A.4 from start to end: trains `model` (default: the one cfg describes) and returns the
     last epoch's metrics."""
     check_config(cfg)
-    with Run(cfg) as run:  # a resumed run comes back with its own settings
-        cfg = run.cfg
+    device = pick_device(cfg.device)
+    with processes(device) as (rank, world):  # (0, 1) unless started by torchrun
+        if cfg.resume:  # a resumed run continues with its own settings, in its own folder
+            checkpoint, path = load_checkpoint(cfg.resume)
+            cfg = replace(Config(**checkpoint["config"]), resume=cfg.resume, device=cfg.device, out=str(path.parent))
+            reason = f"{cfg.precision}: as the run started"
+        else:
+            checkpoint = None
+            cfg = replace(cfg, out=str(output_folder(cfg.out, f"runs/{cfg.encoding}-{cfg.preset}")))
+            if cfg.batch_size % world:
+                raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
+            precision, reason = decide_precision(cfg.precision, device, world)  # kept by the checkpoint
+            cfg = replace(cfg, precision=precision)
+        if device.type == "cuda" and cfg.precision == "fp32":
+            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 tensor cores, on Ampere and newer
+
+        # data: shuffled batches with random crops of the 4-px padded image and flips (the authors' code),
+        # made on the device; with several processes, each takes its share of every batch
         train_set, test_set, mean, std = load_data(cfg)
-        # training batches shuffled, then random crops of the 4-px padded image and flips (the authors' code)
-        train_batches = run.batches(train_set, cfg.batch_size, mean, std, train=True)
-        test_batches = run.batches(test_set, cfg.eval_batch_size, mean, std, train=False)
+        shard = (rank, world)
+        train_batches = data_lib.Batches(train_set, cfg.batch_size // world, mean, std, True, cfg.seed, device, shard)
+        test_batches = data_lib.Batches(test_set, cfg.eval_batch_size, mean, std, False, cfg.seed, device, shard)
+        if not len(train_batches):
+            raise ValueError(f"--batch-size {cfg.batch_size}: larger than the {len(train_set.labels)} training images")
+
+        # model, optimizer, schedule, and the gradient scaler fp16 needs
         torch.manual_seed(cfg.seed)  # the one seed: initialization and dropout (the data's randomness is keyed by it)
-        model = (model or model_from_config(asdict(cfg), FastSelfAttention2d)).to(run.device)
-        optimizer = make_optimizer(model, cfg)
+        model = (model or model_from_config(asdict(cfg), FastSelfAttention2d)).to(device)
+        optimizer = make_optimizer(model, cfg, device)
         schedule = make_schedule(optimizer, cfg.epochs * len(train_batches), cfg)
+        scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         loss_fn = make_loss(model, cfg)
-        net = run.start(model, optimizer, schedule, len(train_batches))  # restored; in the run's precision
-        for epoch in range(run.epoch, cfg.epochs):
-            batches = run.steps(train_batches, epoch)  # the epoch's batches, from where a stopped run stopped
-            train_sums = train_epoch(net, batches, loss_fn, optimizer, schedule, run.sums)
-            test_sums = evaluate(net, test_batches.epoch(0))
-            run.end_epoch(train_sums, test_sums)  # metrics.jsonl, heads.jsonl, a checkpoint
-        return run.finish()
+
+        # resume: where the checkpoint stopped, bit for bit
+        log = RunLog(Path(cfg.out), cfg, model, device, world, rank == 0, len(train_batches), reason)
+        sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch so far: loss sum, correct, images
+        if checkpoint:
+            restore(checkpoint, model, optimizer, schedule, scaler, sums, log)
+        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
+        net = torch.compile(net) if cfg.compile else net
+        if not log.begin(optimizer, len(train_set.labels), len(test_set.labels)):  # a finished run
+            return log.history[-1]
+
+        checkpoint_path = Path(cfg.out) / "checkpoint.pt"
+        with StopSignal(device, world, rank == 0) as stop:  # Ctrl-C, SIGTERM: a flag read between batches
+            for epoch in range(log.epoch, cfg.epochs):
+                batches = log.steps(train_batches.epoch(epoch, log.step), stop, sums)  # ends early on a stop
+                train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, cfg.precision, sums)
+                if stop.signum:  # a batch boundary: what is saved here resumes exactly
+                    if rank == 0:
+                        save_checkpoint(checkpoint_path, model, cfg, log, optimizer, schedule, scaler, sums)
+                    log.stopped()
+                    raise Stop(stop.signum)
+                test_sums = evaluate(net, test_batches.epoch(0), cfg.precision)
+                log.end_epoch(sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
+                sums.zero_()
+                if rank == 0:
+                    save_checkpoint(checkpoint_path, model, cfg, log, optimizer, schedule, scaler, sums)
+        return log.finish()
 
 
 # ---- presets and the command line --------------------------------------------------------
@@ -271,22 +352,5 @@ def check_config(cfg: Config):
                              f"got {getattr(cfg, name)}")
 
 
-
-
-def command_line():
-    fast_cpu_process()  # before any parallel work
-    code = 0
-    try:
-        main(parse_config())
-    except (data_lib.DataError, TrainingError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        code = 1
-    except Stop as e:
-        code = 128 + e.signum
-    except KeyboardInterrupt:
-        code = 130
-    exit_process(code)  # several processes: without the teardown that aborts Gloo's threads
-
-
 if __name__ == "__main__":
-    command_line()
+    command_line(lambda: main(parse_config()), (data_lib.DataError, TrainingError, FileNotFoundError, ValueError))

@@ -20,7 +20,6 @@ Writes, for the model in the checkpoint:
 For content models (eq. 8) the probabilities depend on the image: a test image is used.
 """
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +34,16 @@ import torch
 import data as data_lib
 import measures
 from attention import RowColumn
-from flags import option, parse_flags
-from records import kept_heads, load_checkpoint, model_from_checkpoint
-from runtime import fast_cpu_process
+from runtime import option, parse_flags
+from records import kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
+from runtime import command_line
 
 
 @dataclass
 class Config:
     run: str = option("", "run directory or checkpoint")
-    out: str = option("", "folder for the figures (default runs/figures/RUN's name, + '-init' with --at-init: "
-                          "outside the run, whose folder may be committed)")
+    out: str = option("", "folder for the figures (default runs/figures/NAME, NAME the run's folder, + '-init' "
+                          "with --at-init); never a folder that holds a run")
     layer: int = option(0, "the layer of Fig. 2, 1-based (default: 4 as in the paper, or the last)")
     compare: list = option([], "more run directories for Figs. 4/7 and the locality plot", nargs="*")
     pdf: bool = option(False, "also write PDF files")
@@ -301,7 +300,7 @@ def visualize(cfg: Config) -> list:
     checkpoint, path = load_checkpoint(cfg.run)
     run = path.parent
     model = model_from_checkpoint(checkpoint, cfg.at_init).eval()
-    out = Path(cfg.out or Path("runs", "figures", run.resolve().name + ("-init" if cfg.at_init else "")))
+    out = output_folder(cfg.out, f"runs/figures/{run_name(path)}{'-init' if cfg.at_init else ''}")
     written = []
     if hasattr(model, "attention_layers"):
         inputs = [None] * len(model.attention_layers)
@@ -335,15 +334,10 @@ def visualize(cfg: Config) -> list:
 
 
 def main():
-    fast_cpu_process()  # before any parallel work
-    cfg = Config(**parse_flags(Config, __doc__, positional=("run",)))
-    try:
-        written = visualize(cfg)
-    except (ValueError, FileNotFoundError, data_lib.DataError) as e:
-        sys.exit(f"error: {e}")
+    written = visualize(Config(**parse_flags(Config, __doc__, positional=("run",))))
     print(f"wrote {len(written)} files to {Path(written[0]).parent if written else '-'}: "
           f"{', '.join(Path(p).name for p in written)}")
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, (ValueError, FileNotFoundError, data_lib.DataError))

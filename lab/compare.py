@@ -42,7 +42,7 @@ import measures
 import visualize
 from measures import layer_measures
 from attention import SelfAttention2d
-from flags import option, parse_flags
+from runtime import option, parse_flags
 from model import model_from_config
 from records import head_snapshot
 from train import Config as TrainConfig

@@ -1,8 +1,8 @@
 """Speed and memory of the attention layers and models (no timed assertions: numbers only).
 
-    python bench.py                    # peaks, layer and model tables on every device present
-    python bench.py --quick            # the small smoke version the tests run
-    python bench.py --json bench.json  # also write the numbers with device, torch and commit
+    python -m lab.bench                    # peaks, model and layer tables on every device present
+    python -m lab.bench --quick            # the small smoke version the tests run
+    python -m lab.bench --json bench.json  # also the numbers with device, torch and commit, after each table
 
 0. Peak: an n x n matrix product in fp32 and in bf16, the ceiling of every figure below
    (timed beside every model row; the headline is the best of them).
@@ -14,11 +14,12 @@
    on the same input, the floor any implementation pays ("x Linear": a layer's time over
    the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
-   model's FLOPs per second (3 x the forward's matrix products, torch.utils.flop_counter)
-   over the peak of the precision used, timed beside the row, in fp32 and under bf16
-   autocast: the tiny preset's model at batch 100, one paper-size block (dim 400) and the
-   paper's 6-block model at batch 16 (attention dropout off: the factorized path), and
-   ResNet18.
+   step's FLOPs per second (its matrix products counted by torch.utils.flop_counter as
+   train.py runs it: train mode, attention dropout as the row sets it) over the peak of the
+   precision used, timed beside the row, in fp32 and under bf16 autocast: the tiny preset's
+   model at batch 100, one paper-size block (dim 400) and the paper's 6-block model at batch
+   16 (attention dropout off: the factorized path; on a GPU also with A.4's dropout, and with
+   --compile under torch.compile), and ResNet18.
 3. Subnormals (CPU): the fast quadratic layer with subnormal floats computed against flushed
    to zero, in one thread. Its probabilities exp(-alpha d^2) underflow through the subnormal
    range; Intel cores compute those through slow microcode, so every script flushes them.
@@ -30,7 +31,6 @@ is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter,
 bytes of tensors saved for the backward pass (the activation memory a training step holds).
 """
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -38,17 +38,16 @@ import torch
 import torch.nn.functional as F
 
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
-from flags import option, parse_flags
-from harness import pick_device
 from model import build_model, counted_flops
 from records import environment
-from runtime import choose_precision, fast_cpu_process
+from runtime import choose_precision, command_line, option, parse_flags, pick_device
 
 
 @dataclass
 class Config:
     quick: bool = option(False, "small sizes: a smoke run")
-    json: str = option("", "also write the numbers to this file")
+    json: str = option("", "also write the numbers to this file, rewritten as each table finishes")
+    compile: bool = option(False, "a GPU: also the paper's model under torch.compile (minutes of compilation)")
     repeats: int = option(7, "timed repeats per measurement")
     devices: str = option("auto", "comma-separated, e.g. cpu,cuda (auto: every device present)")
 
@@ -165,7 +164,7 @@ def bench_subnormals(device, cfg: Config) -> list:
                  flushed_s=s["flushed"], speedup=s["computed"] / s["flushed"])]
 
 
-def model_sizes(quick: bool, gpu: bool = False) -> list:
+def model_sizes(quick: bool, gpu: bool = False, compiled: bool = False) -> list:
     """(row name, build_model name, overrides, batch) of every model row: the paper-size rows at
     batch 16 on a CPU, at A.4's 100 on a GPU; there the paper's model also as train.py runs A.4's
     recipe, with dropout 0.1 on the attention probabilities (the authors' code)."""
@@ -177,16 +176,16 @@ def model_sizes(quick: bool, gpu: bool = False) -> list:
     rows += [(f"paper block {e}", e, block | fast, big) for e in ("quadratic", "learned", "sinusoidal")]
     paper = block | dict(layers=2) if quick else {}  # the 6 blocks of section 4.1
     rows += [("paper model quadratic", "quadratic", paper | fast, big)]
-    if gpu:  # torch.compile'd (its first steps, the compilation, are warm-up) and with A.4's attention dropout
-        rows += [("paper model quadratic, compiled", "quadratic", paper | fast, big),
-                 ("paper model, A.4's dropout", "quadratic", paper | dict(layer=FastSelfAttention2d), big)]
+    if gpu:  # with A.4's attention dropout; torch.compile'd (its first steps, the compilation, are warm-up)
+        rows += [("paper model, A.4's dropout", "quadratic", paper | dict(layer=FastSelfAttention2d), big)]
+        rows += [("paper model quadratic, compiled", "quadratic", paper | fast, big)] if compiled else []
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
 
 def training_step(net, batch: int, device):
     """step(dtype): forward, cross-entropy, backward and an SGD step on random images, in
     fp32 or under bf16 autocast."""
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, fused=True)  # as train.py's
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
 
@@ -209,10 +208,10 @@ def bench_models(device, cfg: Config) -> list:
     dtypes = (torch.float32, torch.bfloat16) if precision == "bf16" else (torch.float32,)
     peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else 2048) for d in dtypes}
     rows = [] if precision == "bf16" else [dict(device=str(device), kind="untimed", name="bfloat16", reason=reason)]
-    for row, name, overrides, batch in model_sizes(cfg.quick, device.type == "cuda"):
+    for row, name, overrides, batch in model_sizes(cfg.quick, device.type == "cuda", cfg.compile):
         torch.manual_seed(0)
         model = build_model(name, **overrides).to(device)
-        flops = 3 * counted_flops(model) * batch  # forward + backward (twice the forward's products)
+        flops = counted_flops(model, training=True) * batch  # the step's forward and backward, as it trains
         net = torch.compile(model) if row.endswith("compiled") else model
         step = training_step(net, batch, device)
         steps = {str(d)[6:]: lambda d=d: step(d) for d in dtypes} | {f"peak {p}": mm for p, (mm, _) in peaks.items()}
@@ -271,24 +270,22 @@ def print_tables(rows: list, hardware: dict):
 
 
 def main():
-    fast_cpu_process()  # as train.py does, before any parallel work
     cfg = Config(**parse_flags(Config, __doc__))
     names = cfg.devices.split(",") if cfg.devices != "auto" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    try:
-        names = [str(pick_device(name, "--devices")) for name in names]
-    except ValueError as e:
-        sys.exit(f"error: {e}")
+    names = [str(pick_device(name, "--devices")) for name in names]
+    env = {name: environment(torch.device(name)) for name in names}
     rows = []
     for device in map(torch.device, names):
-        rows += bench_models(device, cfg) + bench_layers(device, cfg) + bench_subnormals(device, cfg)
-    env = {name: environment(torch.device(name)) for name in names}
+        for table in (bench_models, bench_layers, bench_subnormals):  # each table kept as soon as it is timed
+            rows += table(device, cfg)
+            if cfg.json:
+                with open(cfg.json, "w") as f:
+                    json.dump(dict(config=asdict(cfg), environment=env, peaks={d: peaks(rows, d) for d in env},
+                                   rows=rows), f, indent=1)
     print_tables(rows, {name: e["hardware"] for name, e in env.items()})
     if cfg.json:
-        with open(cfg.json, "w") as f:
-            json.dump(dict(config=asdict(cfg), environment=env, peaks={d: peaks(rows, d) for d in env}, rows=rows),
-                      f, indent=1)
         print(f"\nwrote {cfg.json}")
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, (ValueError,))

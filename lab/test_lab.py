@@ -1,0 +1,390 @@
+"""The lab's tests: compare.py (seeds as experiments), bench.py, the GPU command, and the
+notebook's citations. `python -m pytest -q lab/test_lab.py` (or `python -m pytest -q`, both suites)."""
+import dataclasses
+import fnmatch
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import attention
+import data as data_lib
+import measures
+import model as model_lib
+import prove
+import prune as prune_lib
+import records
+import train as train_lib
+import visualize as viz
+from attention import ENCODINGS, kernel_shifts
+from lab import bench, compare
+from measures import central_probs, layer_measures
+from records import head_snapshot
+from test_all import check_commands, flushes_subnormals, needs_cuda, not_blank, small_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- The GPU command and bench.py ------------------------------------------------------------
+
+def gpu_command(out: Path, *flags, seconds: int = 300) -> subprocess.CompletedProcess:
+    """lab/gpu.sh on this CPU, its runs shrunk by appended flags; its bench asks for CUDA, which
+    a CPU machine refuses: the bench fails, as it may on a GPU."""
+    return subprocess.run(["bash", "lab/gpu.sh", "data", str(out), *flags], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="60"), timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="its bench would run")
+def test_the_gpu_command_trains_both_widths_first_and_a_failing_bench_costs_nothing(tmp_path):
+    shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--ffn-dim", "16", "--heads", "4",
+              "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
+    result = gpu_command(tmp_path, *shrink)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    configs = {}
+    for name in ("width400", "width64"):
+        run = tmp_path / name
+        configs[name] = json.loads((run / "config.json").read_text())
+        assert json.loads((run / "steps.jsonl").read_text().splitlines()[0])["heads"][0]["centers"]
+        assert "final test accuracy" in (tmp_path / f"{name}.log").read_text()
+        assert "exit 0" in (tmp_path / f"{name}.log").read_text()
+    a, b = configs["width400"], configs["width64"]
+    assert (a["encoding"], a["log_every"], a["lr"], a["attention_dropout"], a["center_std"], a["position_lr"]) == (
+        "quadratic", 500, 0.1, 0.1, 2.0, 1.0)  # A.4's recipe, the authors' start
+    assert (a["dim"], b["dim"]) == (400, 64)
+    differ = {k for k in a if k not in ("environment", "out", "data_dir") and a[k] != b[k]}
+    assert differ == {"dim"}  # width the one difference
+    bench_log = (tmp_path / "bench.txt").read_text()
+    assert "--devices cuda: this machine has no CUDA device" in bench_log and "bench: exit 1" in bench_log
+
+
+@pytest.mark.slow
+def test_the_gpu_commands_time_limit_stops_each_run_saved(tmp_path):
+    shrink = ["--dataset", "synthetic", "--subset", "3000", "--layers", "1", "--dim", "16", "--ffn-dim", "16",
+              "--heads", "4", "--batch-size", "20", "--device", "cpu", "--precision", "fp32"]
+    result = gpu_command(tmp_path, *shrink, seconds=12)
+    assert result.returncode == 0, result.stdout[-2000:]
+    for name in ("width400", "width64"):
+        assert "exit 130" in (tmp_path / f"{name}.log").read_text()
+        saved = torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
+        assert saved["epoch"] * 150 + saved["step"] > 0 and saved["epoch"] < 30  # stopped mid-run, saved
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_bench_times_the_papers_model_on_cuda_against_its_measured_peak(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--quick", "--devices", "cuda", "--repeats", "2",
+                                      "--json", str(tmp_path / "bench.json")])
+    bench.main()
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    models = [r for r in rows if r["device"] == "cuda" and r["kind"] == "model"]
+    assert {r["name"] for r in models} >= {"paper model quadratic", "paper model, A.4's dropout"}
+    assert all(0 < r["utilization"] < 1 for r in models)
+
+
+def test_bench_counts_the_flops_of_the_step_that_trains():
+    """A.4's attention dropout turns the factorization off: the step counts the dense products."""
+    def step_gflop(**overrides):
+        model = model_lib.build_model("quadratic", layer=model_lib.FastSelfAttention2d, **overrides).to("meta")
+        return model_lib.counted_flops(model, training=True) / 1e9
+
+    dropout, factorized = step_gflop(), step_gflop(attention_dropout=0.0)
+    assert dropout == pytest.approx(27.02, abs=0.01) and factorized < dropout
+    eval_forward = model_lib.counted_flops(model_lib.build_model("quadratic").to("meta")) / 1e9
+    assert dropout == pytest.approx(3 * eval_forward, rel=1e-3)  # backward: twice the forward's products
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_bench_asking_for_cuda_without_it_is_refused_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "lab.bench", "--devices", "cuda"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == ["error: --devices cuda: this machine has no CUDA device; use --devices cpu or auto"]
+
+
+def test_bench_flushes_subnormals_in_every_thread():
+    assert flushes_subnormals("lab.bench")
+
+
+def test_bench_writes_each_table_as_it_finishes(tmp_path, monkeypatch):
+    written = []
+    real_dump = json.dump
+    monkeypatch.setattr(json, "dump", lambda obj, f, **kw: (written.append(len(obj["rows"])), real_dump(obj, f, **kw)))
+    monkeypatch.setattr(sys, "argv", ["bench", "--quick", "--devices", "cpu", "--repeats", "1", "--json",
+                                      str(tmp_path / "b.json")])
+    bench.main()
+    assert len(written) == 3 and written == sorted(written) and written[0] > 0
+
+
+def test_bench_quick_measures_every_encoding(monkeypatch):
+    threads = torch.get_num_threads()
+    rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    names = [r["name"] for r in rows]
+    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
+    assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
+    (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
+    assert torch.get_num_threads() == threads  # restored after its one-thread measurement
+    monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
+    models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
+    assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]
+    assert all(r["images_per_s"] > 0 and 0 < r["utilization"] and r["gflop_per_image"] > 0 for r in models)
+    for r in models:  # utilization is the step's FLOP/s over the peak timed beside it
+        step_flops = r["gflop_per_image"] * 1e9 * r["images_per_s"]
+        assert r["utilization"] == pytest.approx(step_flops / r["peak_flop_per_s"])
+
+
+def test_bench_times_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "choose_precision", lambda device: ("fp32", "fp32: CPU bf16 product 0.01x fp32"))
+    rows = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
+    assert {r.get("precision") for r in rows} == {"float32", None}
+    bench.print_tables(rows + bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1)), {"cpu": "a CPU"})
+    out = capsys.readouterr().out
+    assert "bf16 not timed (fp32: CPU bf16 product 0.01x fp32)" in out
+    assert len([line for line in out.splitlines() if line.startswith("tiny ") and line.split()[-1] == "-"]) == 3
+
+
+# ---- Seeds: runs that differ only in seed are one experiment ---------------------------------
+
+def write_run(path: Path, seed: int, accs: list, layer: dict = None, **config):
+    path.mkdir(parents=True)
+    record = dict(encoding="quadratic", lr=0.05, seed=seed, out=str(path), environment={"commit": str(seed)}) | config
+    (path / "config.json").write_text(json.dumps(record))
+    lines = [dict(epoch=e + 1, test_acc=a, seconds=60.0 * (e + 1) * (seed + 1)) | ({"layers": [layer]} if layer else {})
+             for e, a in enumerate(accs)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return path
+
+
+def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp_path):
+    found = lambda ring, loc: dict(locality_3x3=loc, locality_5x5=0.9, one_pixel=ring + 1, ring=ring, sides=4, coverage=ring)
+    runs = [write_run(tmp_path / f"a{s}", s, [0.3, acc], found(ring, loc))
+            for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
+    runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
+    runs.append(write_run(tmp_path / "b1", 1, [0.2, 0.4], lr=0.1, min_alpha=0.0))  # a default written out: the same
+    groups = compare.group([compare.load_run(r) for r in runs])
+    assert sorted(len(g) for g in groups.values()) == [2, 3]
+    a = compare.summarize(next(g for g in groups.values() if len(g) == 3))
+    assert a["seeds"] == [0, 1, 2] and a["epochs"] == 2
+    assert a["test_acc"] == pytest.approx(dict(mean=0.6, std=0.1, min=0.5, max=0.7))  # std over 3 seeds, n - 1
+    assert a["minutes"] == pytest.approx(dict(mean=4.0, std=2.0, min=2.0, max=6.0))
+    assert a["layers"][0]["ring"] == pytest.approx(dict(mean=7.0, std=1.0, min=6.0, max=8.0))
+    assert a["layers"][0]["locality_3x3"]["mean"] == pytest.approx(0.7)
+    text = compare.table(groups)
+    params = f"{sum(p.numel() for p in model_lib.build_model('quadratic').parameters()):,}"  # A.4's model
+    assert (f"| lr=0.05 | not recorded | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | "
+            "0.700 (0.600-0.800) | 0.900 | 8.0 (7.0-9.0) | 7.0 (6.0-8.0) / 4.0 / - | 7.0 (6.0-8.0) | - |") in text
+    assert f"| lr=0.1 | not recorded | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - | - | - | - |" in text
+    assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
+    with pytest.raises(ValueError, match="repeat a seed"):
+        compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        compare.load_run(tmp_path)
+
+
+def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_path):
+    # Equal variances (1) and sizes (3): Welch's degrees of freedom are 2 (n - 1) = 4 and its
+    # standard error sqrt(1/3 + 1/3). A difference of t_{0.975, 4} = 2.776445 (a t table)
+    # standard errors puts the interval's lower end at 0 and the two-sided p-value at 0.05.
+    se = math.sqrt(2 / 3)
+    shift = 2.776445 * se
+    d = compare.difference([1.0, 2.0, 3.0], [1.0 - shift, 2.0 - shift, 3.0 - shift])
+    assert d["difference"] == pytest.approx(shift)
+    assert (d["low"], d["high"]) == pytest.approx((0.0, 2 * shift), abs=1e-5)
+    assert d["p"] == pytest.approx(0.05, abs=1e-5) and d["n"] == (3, 3)
+    data = [dict(name="CIFAR-10", md5="a"), dict(name="CIFAR-10 (JPEG q75 copy)", md5="b")]
+    runs = [write_run(tmp_path / f"{name}{s}", s, [acc], data=data[k])
+            for k, name, accs in ((0, "a", (1.0, 2.0, 3.0)), (1, "b", (1.0 - shift, 2.0 - shift, 3.0 - shift)))
+            for s, acc in enumerate(accs)]
+    groups = compare.group([compare.load_run(r) for r in runs])
+    assert len(groups) == 2  # runs on different data are never one experiment
+    assert "| data=CIFAR-10 | CIFAR-10 |" in compare.table(groups)
+    text = compare.differences(groups, ["test_acc", "ring"], 1)
+    assert f"test_acc: +{shift:.3f}, 95% interval [+0.000, +{2 * shift:.3f}], Welch p = 0.05 (3 and 3 seeds)" in text
+    assert "layer 1 ring: not every run has ring for layer 1" in text
+
+
+def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
+    # Three seeds whose layer-1 mass_5x5 rises from step 0 by 0.1, 0.2 and 0.3: a mean change
+    # of 0.2 with sample std 0.1, so Student's 95% interval is 0.2 -+ t_{0.975, 2} 0.1 / sqrt(3),
+    # t_{0.975, 2} = 4.302653 (a t table).
+    runs = []
+    for seed, rise in enumerate((0.1, 0.2, 0.3)):
+        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5], log_every=100 * (seed + 1))  # logging: not the experiment
+        lines = [{"step": step, "train_loss": None, "heads": [None],
+                  "layers": [dict.fromkeys(compare.CURVES, 1.0) | {"mass_5x5": 0.5 + rise * step / 200,
+                                                                   "one_pixel": step // 100 + seed}]}
+                 for step in (0, 100, 200)]
+        (run / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        runs.append(compare.load_run(run))
+    groups = compare.group(runs)
+    assert len(groups) == 1 and compare.values(runs, "mass_5x5", 1, 200) == pytest.approx([0.6, 0.7, 0.8])
+    half = 4.302653 * 0.1 / math.sqrt(3)
+    text = compare.changes(groups, ["mass_5x5"], 1, 200)
+    assert f"start → step 200: 0.500 → 0.700, change +0.200, 95% interval [{0.2 - half:+.3f}, {0.2 + half:+.3f}]" in text
+    table = compare.steps_table(groups, [0, 200], 1)
+    assert "| quadratic | 3 | 0 | 1.00 | 1.00 (0.00-2.00) |" in table and "| quadratic | 3 | 200 | 1.00 | 3.00 (2.00-4.00) |" in table
+    with pytest.raises(ValueError, match="logged no step 300"):
+        compare.values(runs, "mass_5x5", 1, 300)
+    assert not_blank(compare.steps_figure(groups, 1, tmp_path))
+    monkeypatch.setattr(sys, "argv", ["compare.py", *(str(r["path"]) for r in runs), "--at", "0", "200",
+                                      "--out", str(tmp_path / "cli")])
+    compare.main()  # the command line draws the same figure
+    assert not_blank(tmp_path / "cli" / "steps_layer1.png")
+    with pytest.raises(ValueError, match="no run has steps.jsonl"):
+        compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
+
+
+def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chance_holds(tmp_path):
+    # Three heads start at (0.1, 0.9), (1.2, -0.1), (1.1, 0.2): nearest pixels (0, 1), (1, 0), (1, 0).
+    # At step 100 they sit on (0, 1), (1, 0), (1, 0) with alpha 10 (one-pixel heads): 2 distinct
+    # pixels, both a start's nearest, all 3 heads on their own; (1, 0) shared by heads that began
+    # |(1.2, -0.1) - (1.1, 0.2)| = sqrt(0.1) px apart. Dealt the start's pixels at random, head 0
+    # gets (0, 1) with probability 1/3 and heads 1, 2 get (1, 0) with 2/3 each: 5/3 expected on
+    # their own. At step 200 head 0 moved to (-1, -1): a pixel no head began nearest to (4/3
+    # expected); its path is 0.2 + 2.24 px. Alpha 0.5 at the start: no one-pixel head. At step 300
+    # heads 0 and 2 widen to alpha 0.1 and 0.2: one is below WIDE = 0.2.
+    start = [[0.1, 0.9], [1.2, -0.1], [1.1, 0.2]]
+    later = {100: [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], 200: [[-1.0, -1.0], [1.0, 0.0], [1.0, 0.0]]}
+
+    def run_from(name, seed, begun):
+        run = write_run(tmp_path / name, seed, [0.3], layers=1, heads=3, dim=6, ffn_dim=6)
+        heads = ({0: dict(centers=begun, alpha=[0.5] * 3)} | {s: dict(centers=c, alpha=[10.0, 10.0, 20.0]) for s, c in later.items()}
+                 | {300: dict(centers=later[200], alpha=[0.1, 10.0, 0.2])})
+        (run / "steps.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": None, "layers": [{}], "heads": [h]}) + "\n"
+                                                 for s, h in heads.items()))
+        return compare.load_run(run)
+
+    runs = [run_from(f"s{seed}", seed, start) for seed in (0, 1)]
+    found = compare.run_origins(runs[0], 1)
+    assert {k: v for k, v in found[0].items() if k not in ("shared_start_gap", "travel_one_pixel")} == dict(
+        travel_mean=0.0, path=0.0, alpha=0.5, wide=0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
+        own_start_chance=0.0, shared=0)
+    assert found[0]["shared_start_gap"] is None and found[0]["travel_one_pixel"] is None  # none shared, none one-pixel
+    moved = [math.hypot(0.1, 0.1), math.hypot(0.2, 0.1), math.hypot(0.1, 0.2)]
+    assert found[100].pop("pixels") == [(0, 1), (1, 0)] and found[200]["pixels"] == [(-1, -1), (1, 0)]
+    assert found[100] == pytest.approx(dict(travel_mean=sum(moved) / 3, travel_one_pixel=sum(moved) / 3, path=sum(moved) / 3,
+                                            alpha=10.0, wide=0, start_pixels=2, one_pixel=2, already_nearest=2, own_start=3, own_start_chance=5 / 3, shared=1,
+                                            shared_start_gap=math.sqrt(0.1)))
+    assert found[200]["one_pixel"] == 2 and found[200]["already_nearest"] == 1 and found[200]["own_start"] == 2
+    assert found[200]["own_start_chance"] == pytest.approx(4 / 3)
+    assert found[200]["path"] == pytest.approx((sum(moved) + math.hypot(1, 2)) / 3)  # head 0: (0, 1) -> (-1, -1)
+    assert found[200]["travel_mean"] == pytest.approx((math.hypot(1.1, 1.9) + sum(moved[1:])) / 3)
+    assert found[300]["wide"] == 1 and found[300]["one_pixel"] == 1  # only head 1 still sharp
+    # Another seed began nearest to (0, 1), (-1, -1), (2, 0): of seed 0's pixels it holds (0, 1)
+    # at step 100 and (-1, -1) at step 200; seed 0's start holds both of its step-100 pixels.
+    other = run_from("s2", 2, [[0.1, 0.9], [-1.2, -0.9], [2.1, 0.2]])
+    chance = compare.group_origins([runs[0], other], 1)
+    assert [chance[0][s]["already_nearest_other"] for s in (0, 100, 200)] == [0, 1, 1]
+    assert chance[1][100]["already_nearest_other"] == 2
+    assert compare.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
+    text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
+    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 2.00 | 2.00 | 2.00 | 3.00 | 1.67 | 1.00 "
+            "| 0.32 |") in text
+    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    assert "another seed's start" in text.splitlines()[0] and "dealt to the heads at random" in text.splitlines()[0]
+    assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
+    assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
+    path = compare.origins_figure(compare.group(runs), [1], tmp_path, x="position_lr")
+    assert path.name == "origins_layers1_position_lr.png" and not_blank(path)
+    with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
+        compare.run_origins(compare.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
+
+
+def test_summed_position_lr_follows_the_schedule_of_the_run():
+    config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic", lr=0.1, position_lr=10.0, warmup=0.25)
+    factor = train_lib.warmup_cosine(8, 0.25)  # 4 steps an epoch, 2 of warm-up
+    assert [factor(t) for t in (0, 1)] == [0.5, 1.0]
+    assert compare.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx(
+        [0.0, 0.5, 1.5, sum(factor(t) for t in range(8))])
+    assert compare.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx(
+        [0.1 * sum(factor(t) for t in range(8))])
+
+
+def test_training_loss_between_logged_steps_is_recovered_from_the_running_means(tmp_path):
+    per_step = [4, 2, 3, 1, 1, 1, 5, 5]  # 2 epochs of 4 steps; the epoch's running mean logged
+    running = lambda s: statistics.fmean(per_step[(s - 1) // 4 * 4:s])
+    config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic")
+    runs = []
+    for seed, every in ((0, 2), (1, 3)):
+        path = write_run(tmp_path / f"r{seed}", seed, [0.3, 0.4], **config)
+        lines = [dict(step=0, train_loss=None, layers=[])] + \
+                [dict(step=s, train_loss=running(s), layers=[]) for s in range(every, 9, every)]
+        (path / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        runs.append(compare.load_run(path))
+    # every 2: each interval's own mean; every 3: step 6 opens epoch 1, so from that epoch's start
+    assert compare.interval_losses(runs[0]) == pytest.approx({2: 3.0, 4: 2.0, 6: 1.0, 8: 5.0})
+    assert compare.interval_losses(runs[1]) == pytest.approx({3: 3.0, 6: 1.0})
+    assert not_blank(compare.loss_figure(compare.group(runs[:1]), tmp_path / "figs"))
+
+
+def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
+    cfg = small_config(tmp_path, epochs=1)
+    train_lib.main(cfg)
+    torch.manual_seed(cfg.seed)
+    start = measures.layer_measures(model_lib.model_from_config(dataclasses.asdict(cfg)))[0]
+    found = compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
+    assert found["start_locality_3x3"] == pytest.approx(start["locality_3x3"]) and "travelled" in found
+    assert found["start_locality_3x3"] != pytest.approx(found["locality_3x3"])
+    heads = Path(cfg.out) / "heads.jsonl"
+    lines = heads.read_text().splitlines()
+    other = json.loads(lines[0])
+    other["layers"][0]["centers"][0][0] += 0.01  # a start that the seed does not rebuild
+    heads.write_text("\n".join([json.dumps(other)] + lines[1:]) + "\n")
+    assert "start_locality_3x3" not in compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
+
+
+def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
+    runs = []
+    for seed in (0, 1):
+        run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5])
+        snapshots = [{"epoch": e, "layers": [{"centers": (kernel * (0.5 + e)).tolist(), "alpha": [0.5 + 2 * e] * 9}]}
+                     for e, kernel in enumerate([attention.kernel_shifts(9)] * 3)]
+        (run / "heads.jsonl").write_text("".join(json.dumps(s) + "\n" for s in snapshots))
+        runs.append(compare.load_run(run))
+    path = compare.grids_figure(runs + [compare.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
+    assert path.name == "fig2_side_by_side_layer1.png" and not_blank(path)
+    with pytest.raises(ValueError, match="no run has head centers"):
+        compare.grids_figure([compare.load_run(tmp_path / "no-heads")], 1, tmp_path)
+
+
+def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
+    net = model_lib.build_model("learned", layers=1, dim=8, ffn_dim=8, heads=4)
+    snapshot = records.head_snapshot(net)
+    central = torch.tensor(snapshot[0]["central"])  # [heads, 16, 16], 4 decimals
+    torch.testing.assert_close(central, measures.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
+    run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
+    (run / "heads.jsonl").write_text(json.dumps({"epoch": 1, "layers": snapshot}) + "\n")
+    runs = [compare.load_run(run), compare.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
+    assert not_blank(compare.maps_figure(runs, 1, tmp_path))
+    with pytest.raises(ValueError, match="no run has central-query probabilities"):
+        compare.maps_figure(runs[1:], 1, tmp_path)
+
+
+# ---- The notebook: every run it holds is cited, every command it shows is accepted -----------
+
+def test_every_run_and_file_under_results_is_cited_by_the_documentation():
+    text = (ROOT / "README.md").read_text() + (ROOT / "lab" / "RESULTS.md").read_text()
+    cited = set()
+    for token in re.findall(r"lab/results/[\w\-./*\[\]{},]+", text):
+        token = re.sub(r"(?<=-s)S\b", "*", token.rstrip(".,)"))  # seed placeholder: -sS
+        braces = re.search(r"\{([^}]*)\}", token)
+        cited |= {token.replace(braces.group(0), b) for b in braces.group(1).split(",")} if braces else {token}
+    results = ROOT / "lab" / "results"
+    for entry in [p.parent for p in results.rglob("config.json")] + list(results.glob("*.*")):
+        name = entry.relative_to(ROOT).as_posix()
+        assert any(fnmatch.fnmatch(name, c) or name.startswith(c.rstrip("/") + "/") or c.startswith(name + "/")
+                   for c in cited), f"{name} is cited by neither README.md nor lab/RESULTS.md"
+
+
+def test_every_command_in_the_notebook_is_accepted_by_todays_code():
+    check_commands(ROOT / "lab" / "RESULTS.md", dict(bench=bench, compare=compare, prove=prove, prune=prune_lib,
+                                                     visualize=viz, data=data_lib))
