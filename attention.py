@@ -11,10 +11,12 @@ Conventions, used in every file of this project:
   to the pixel right of the query. The paper writes `q - k` in eq. 8, Lemma 1 and Lemma 2
   (with eq. 9, the encoding `Quadratic` implements) and `k - q` in section 4.3 and A.1; we
   use `k - q` everywhere (a head's Delta flips sign, nothing else changes).
-- N(mu, S) is a normal distribution with covariance S, so the paper's N(0, 2I) draws each
-  coordinate with standard deviation sqrt(2) = 1.41. The authors' code draws the centers with
-  standard deviation 2 and perturbs the widths with standard deviation 0.01; both are this
-  project's defaults (`center_std=2.0`; `--center-std 1.414` is the paper's N(0, 2I)).
+- N(mu, S) is a normal distribution with covariance S, everywhere in the paper. So its N(0, 2I)
+  for the centers (section 4.2) draws each coordinate with standard deviation sqrt(2) = 1.41,
+  and A.1's Sigma^-1/2 = I + N(0, 0.01 I) perturbs each entry with standard deviation 0.1. The
+  authors' code draws the centers with standard deviation 2 and perturbs the widths with
+  standard deviation 0.01; this project follows the code (`center_std=2.0`, the perturbation
+  0.01) and offers the paper's centers as `--center-std 1.414` (the laptop preset's).
 - Probabilities are `P[h, q, k]` (heads x queries x keys). Logits depend on positions only,
   unless `content=True` adds the data term of eq. 8.
 
@@ -100,7 +102,8 @@ class Gaussian(nn.Module):
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
         self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)  # Delta ~ N(0, center_std^2 I)
-        self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))  # S = I + 0.01 N(0, I): the authors' code
+        # S = I + 0.01 N(0, I), the authors' code; A.1's N(0, 0.01 I) would be std 0.1 (see the conventions)
+        self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))
 
     @property
     def inv_cov(self) -> torch.Tensor:  # Sigma^-1, positive semi-definite by construction

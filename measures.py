@@ -257,6 +257,19 @@ def fresh_start_held(pixels, heads: int, center_std: float) -> float:
     return sum(1 - (1 - mass(row) * mass(col)) ** heads for row, col in set(pixels))
 
 
+def fresh_start_tail(pixel_sets: list, heads: int, center_std: float, observed: int, draws: int = 100_000) -> float:
+    """The chance that fresh starts hold at least `observed` of the pixels, summed over the sets
+    (one a seed, each against a start of its own): the tail beside `fresh_start_held`'s mean,
+    from `draws` starts of `heads` centers drawn from N(0, std^2 I) (a fixed seed)."""
+    g = torch.Generator().manual_seed(0)
+    total = torch.zeros(draws)
+    for pixels in pixel_sets:
+        nearest = (torch.randn(draws, heads, 2, generator=g) * center_std).round()  # [draws, heads, 2]
+        for pixel in set(pixels):
+            total += (nearest == torch.tensor(pixel, dtype=torch.float32)).all(-1).any(-1).float()
+    return (total >= observed).float().mean().item()
+
+
 def path_length(snapshots: list) -> list:
     """Each head's path in pixels over a sequence of snapshots (centers): the distances from
     one snapshot to the next, summed. Beside the net travel it says how much the centers

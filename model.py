@@ -1,6 +1,6 @@
 """The 6-layer attention-only network of section 4.1 and the ResNet18 baseline.
 
-    python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2
+    python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2, and of a training step
 
 What it prints, in seconds on a CPU: quadratic 12,086,844 parameters (paper 12.1M), learned
 12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs an image for the attention
@@ -204,7 +204,7 @@ def an_image(model: nn.Module, image_size: int) -> torch.Tensor:
 
 def main():
     print(f"{'model':<11}{'params':>12}{'paper':>8}{'FLOPs (paper conv.)':>21}{'paper':>7}"
-          f"{'all FLOPs, dense':>18}{'fast':>8}")
+          f"{'all FLOPs, dense':>18}{'fast':>8}{'train step':>12}")
     for name in MODELS:
         torch.manual_seed(0)
         model = build_model(name)
@@ -212,10 +212,13 @@ def main():
         fast = build_model(name, layer=FastSelfAttention2d) if name != "resnet18" else model
         print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
               f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
-              f"{counted_flops(model) / 1e9:>17.2f}B{counted_flops(fast) / 1e9:>7.2f}B")
+              f"{counted_flops(model) / 1e9:>17.2f}B{counted_flops(fast) / 1e9:>7.2f}B"
+              f"{counted_flops(fast, training=True) / 1e9:>11.2f}B")
     print("Counted (ours; it matches the paper's tables): 2 x multiply-adds of Linear/Conv layers only; the attention product "
           "P_h X (9 x 256 x 256 x 400 multiply-adds a layer) is not counted.\n'all FLOPs' "
-          "counts every matrix product (torch.utils.flop_counter) per image for the paper's layer / the fast one.")
+          "counts every matrix product (torch.utils.flop_counter) per image of a forward pass for the paper's layer / the "
+          "fast one; 'train step' those of a training step as train.py runs A.4 (forward and backward, attention dropout "
+          "0.1, which turns the fast layer's factorization off).")
 
 
 if __name__ == "__main__":

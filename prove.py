@@ -99,7 +99,7 @@ class AttentionAsConv(nn.Module):
     """The converse of Theorem 1: a position-only layer (content=False, any encoding) computed
     by convolutions, [B, H, W, D] -> [B, H, W, D_out].
 
-    With logits f_h(k - q) (eq. 9, 16 or 4.3), head h gives query q the output
+    With logits f_h(k - q) (eq. 9, eq. 16 or section 4.3), head h gives query q the output
     sum_k exp(f_h(k - q)) x_k W^(h) / Z_h(q): the numerator is `conv2d(X, K_h)` with the
     full-image kernel K_h[delta] = exp(f_h(delta)) W^(h) over all (2H-1) x (2W-1) shifts and
     zero padding (H-1, W-1); the normalizer Z_h(q) = sum over the keys in the image of
@@ -235,13 +235,13 @@ def plot_paths(path: torch.Tensor, out: Path) -> Path:
     colors = plt.cm.tab10(np.arange(path.shape[1]))
     for h in range(path.shape[1]):
         ax.plot(path[:, h, 1], path[:, h, 0], color=colors[h], lw=1)
-        ax.scatter(path[0, h, 1], path[0, h, 0], color=colors[h], marker="o", s=15)
-        ax.scatter(path[-1, h, 1], path[-1, h, 0], color=colors[h], marker="x", s=40)
+        ax.scatter(path[0, h, 1], path[0, h, 0], color=colors[h], marker="x", s=40)  # start: x, as visualize.py's
+        ax.scatter(path[-1, h, 1], path[-1, h, 0], color=colors[h], marker="o", s=15)  # end: a dot
     ax.invert_yaxis()  # rows grow downwards, as in an image
     ax.set_aspect("equal")
     ax.set_xlabel("column shift")
     ax.set_ylabel("row shift")
-    ax.set_title("Head centers during fitting (o start, x end)")
+    ax.set_title("Head centers during fitting (x start, dot end)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "prove_learnability.png", dpi=120, bbox_inches="tight")

@@ -54,7 +54,8 @@ def head_measures(layer) -> dict:
     inv_cov = enc.inv_cov if hasattr(enc, "inv_cov") else 2 * enc.alpha[:, None, None] * torch.eye(2)
     eig = torch.linalg.eigvalsh(inv_cov.detach().double())  # ascending, [heads, 2]
     largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)
-    return {"largest eigenvalue": largest, "condition": largest / smallest}  # inf where singular
+    condition = torch.where(smallest > 0, largest / smallest, torch.inf)  # singular (Sigma^-1 = 0 too): inf
+    return {"largest eigenvalue": largest, "condition": condition}
 
 
 def degenerate_heads(model, cfg: Config) -> list:

@@ -148,18 +148,13 @@ class RunLog:
     def global_step(self) -> int:
         return self.epoch * self.steps_per_epoch + self.step
 
-    def begin(self, optimizer, train_images: int, test_images: int) -> bool:
-        """Say what trains, and start (or trim, when resumed) the logs; False for a finished run."""
+    def begin(self, optimizer, train_images: int, test_images: int):
+        """Say what trains, and start (or trim, when resumed) the logs."""
         eval_share = test_images / (3 * train_images)  # a test image: a forward, a third of a step's work
         self.progress = Progress(self.steps_per_epoch, self.cfg.epochs * self.steps_per_epoch, self.cfg.batch_size,
                                  self.device, self.writer, eval_share)
-        if self.epoch >= self.cfg.epochs:
-            print(f"{self.out} finished its {self.cfg.epochs} epoch{'s' * (self.cfg.epochs > 1)} (final test accuracy "
-                  f"{self.history[-1]['test_acc']:.4f}); nothing to do. To train longer, start a new run: the "
-                  "schedule is fixed by --epochs.")
-            return False
         if not self.writer:
-            return True
+            return
         self.out.mkdir(parents=True, exist_ok=True)
         data = data_lib.identity(self.cfg.dataset, self.cfg.data_dir, self.cfg.seed)  # what the run read
         record = asdict(self.cfg) | {"not_applied": self.cfg.not_applied(), "data": data,
@@ -184,7 +179,6 @@ class RunLog:
         print("SGD groups: " + "; ".join(f"{sum(p.numel() for p in g['params']):,} parameters at lr {g['initial_lr']:g}, "
                                          f"weight decay {g['weight_decay']:g}" + (" (the spreads)" if g["spread"] else "")
                                          for g in optimizer.param_groups), flush=True)
-        return True
 
     def steps(self, batches, stop, sums: torch.Tensor):
         """The epoch's training batches, each step counted, timed and logged after it (progress,

@@ -31,6 +31,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import attention
 import data as data_lib
@@ -63,6 +64,20 @@ def pair(encoding, grid, heads=4, dim=6, content=False, dropout=0.0):
     dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout).double()
     dense.load_state_dict(fast.state_dict())
     return fast, dense
+
+
+class TorchDispatchLog(TorchDispatchMode):
+    """Records the shape of every dtype conversion to bf16 run under it."""
+
+    def __init__(self, log: list):
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.__name__.startswith("_to_copy") and isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16:
+            self.log.append(tuple(out.shape))
+        return out
 
 
 def grads(layer, x, g):
@@ -489,6 +504,60 @@ def test_models_classify_a_batch(name):
     model = model_lib.build_model(name, **({} if name == "resnet18" else dict(layers=2, dim=32, ffn_dim=48, heads=4)))
     logits = model(torch.randn(3, 3, 32, 32))
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
+
+
+# A model on the `meta` device computes shapes, not values: any tensor made on the CPU beside it
+# (an input, an index, a constant) fails there as it would beside a GPU. What it cannot catch:
+# code that reads values (.item(), .tolist(): the measures and head snapshots, which derive every
+# tensor from the layer's own), and speed (a copy to the host that works but waits).
+
+@pytest.mark.parametrize("encoding, content", [(e, False) for e in ENCODINGS] + [("quadratic", True)])
+@pytest.mark.parametrize("layer", [SelfAttention2d, FastSelfAttention2d])
+def test_every_layer_runs_forward_and_backward_on_a_non_cpu_device(encoding, content, layer):
+    net = model_lib.build_model(encoding, layers=1, dim=8, ffn_dim=8, heads=4, content=content, layer=layer,
+                                attention_dropout=0.1).to("meta")
+    for mode in (True, False):  # train: attention dropout on, the dense path; eval: the factorized path
+        net.train(mode)(torch.empty(2, 3, 32, 32, device="meta")).sum().backward()
+    assert all(p.grad.device.type == "meta" for p in net.parameters())
+    layer = net.attention_layers[0]
+    if not content:
+        assert measures.central_probs(layer).device.type == "meta"
+        assert measures.head_overlap(layer).device.type == "meta"
+
+
+def test_flop_counts_and_a_training_epoch_run_on_a_non_cpu_device():
+    net = model_lib.build_model("quadratic", layers=2, dim=16, ffn_dim=16, heads=4).to("meta")
+    assert model_lib.paper_flops(net) > 0 and model_lib.counted_flops(net) > 0
+    assert model_lib.counted_flops(net, training=True) > 2 * model_lib.counted_flops(net)
+    device = torch.device("meta")
+    cfg = train_lib.Config(lr=0.1, overlap=0.1)
+    optimizer = train_lib.make_optimizer(net, cfg, device)
+    schedule = train_lib.make_schedule(optimizer, 4, cfg)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)  # (no GradScaler on meta; fp16's runs on cuda)
+    batches = [(torch.empty(4, 3, 32, 32, device=device), torch.zeros(4, dtype=torch.long, device=device))] * 2
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    train_lib.train_epoch(net, batches, train_lib.make_loss(net, cfg), optimizer, schedule, scaler, "fp32", sums)
+    assert train_lib.evaluate(net, batches, "fp32").device.type == "meta"
+
+
+def test_the_dense_path_under_bf16_casts_p_once_a_layer_and_computes_alike():
+    """Under autocast (A.4's attention dropout: the fast layer's dense path, as it trains) the
+    probabilities are cast to bf16 once, before the heads' products, not as a [B, T, T] copy per
+    head: the output is the dense reference's under the same autocast and mask, within bf16 round-off."""
+    fast, dense = pair("quadratic", (6, 6), heads=4, dim=16, dropout=0.1)
+    fast, dense = fast.float().train(), dense.float().train()
+    x = torch.randn(3, 6, 6, 16)
+    outputs = []
+    for layer in (fast, dense):
+        torch.manual_seed(1)  # one dropout mask for both
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs.append(layer(x).float())
+    scale = outputs[1].abs().max().item()  # bf16 keeps 8 bits: errors relative to the output's size
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0.02 * scale, rtol=0)
+    casts = []
+    with torch.autocast("cpu", dtype=torch.bfloat16), TorchDispatchLog(casts):
+        fast(x)
+    assert casts.count((4, 36, 36)) == 1 and (3, 36, 36) not in casts, casts  # P [heads, T, T] once; no [B, T, T]
 
 
 def test_bad_model_arguments():
@@ -1197,6 +1266,59 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
     torch.save(checkpoint, tmp_path / "all.pt")
     with pytest.raises(ValueError, match="every head of layer 2 is degenerate"):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "all.pt"), finetune=False))
+
+
+def degenerate_checkpoint(gaussian_run, path: Path) -> Path:
+    """The Gaussian run's checkpoint with one head made uniform, saved as a bare file."""
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint)
+    force_degenerate(model, {(0, 2): "zero"})
+    torch.save(checkpoint | {"model": model.state_dict()}, path)
+    return path
+
+
+def script(name: str, *args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(Path(__file__).parent / f"{name}.py"), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_command_writes_under_runs_named_after_its_input_and_never_into_a_run(gaussian_run, tmp_path):
+    ckpt = degenerate_checkpoint(gaussian_run, tmp_path / "ckpt.pt")
+    result = script("prune", ckpt, "--no-finetune", cwd=tmp_path)  # a bare checkpoint file
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "runs" / "ckpt-pruned" / "checkpoint.pt").exists()
+    result = script("visualize", gaussian_run, cwd=tmp_path)  # a run folder: its name
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "runs" / "figures" / "run" / "measures.json").exists()
+    result = script("train", "--preset", "tiny", "--dataset", "synthetic", "--subset", "100", "--epochs", "1",
+                    "--dim", "8", "--precision", "fp32", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "-> runs/quadratic-tiny" in result.stdout and (tmp_path / "runs" / "quadratic-tiny" / "checkpoint.pt").exists()
+    for command in (["prune", ckpt, "--no-finetune"],  # the same output again
+                    ["prune", ckpt, "--no-finetune", "--out", gaussian_run],  # a run's folder
+                    ["visualize", gaussian_run, "--out", gaussian_run],
+                    ["train", "--dataset", "synthetic", "--out", gaussian_run]):
+        before = {p.name: p.stat().st_mtime_ns for p in gaussian_run.iterdir()}
+        result = script(*command, cwd=tmp_path)
+        assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert " holds a run (" in result.stderr and "choose another --out" in result.stderr
+        assert {p.name: p.stat().st_mtime_ns for p in gaussian_run.iterdir()} == before
+
+
+@pytest.mark.slow
+def test_a_stop_during_prunes_fine_tuning_ends_as_trains_does(gaussian_run, tmp_path):
+    ckpt = degenerate_checkpoint(gaussian_run, tmp_path / "ckpt.pt")
+    process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "prune.py"), str(ckpt), "--epochs", "200",
+                                "--device", "cpu"], cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while "SGD groups" not in process.stdout.readline():  # the fine-tuning run has begun
+        pass
+    time.sleep(1)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert f"Continue with: python train.py --resume runs/ckpt-pruned" in err.splitlines()[-1]
+    saved = torch.load(tmp_path / "runs" / "ckpt-pruned" / "checkpoint.pt", weights_only=True)
+    assert saved["optimizer"] is not None and 0 < saved["epoch"] * 6 + saved["step"] < 200 * 6
 
 
 # ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------

@@ -14,9 +14,10 @@ Ctrl-C. The presets and the command line close the file. What a long run needs b
 (logs, progress, stop signals, several processes, the CPU's settings) is in records.py and
 runtime.py: no line there changes a step.
 """
+import contextlib
 import math
-from pathlib import Path
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -100,7 +101,7 @@ def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
     return torch.optim.SGD([dict(params=params, spread=spread, lr=cfg.lr * (cfg.position_lr if positional else 1.0),
                                  weight_decay=cfg.weight_decay if decayed else 0.0)
                             for (positional, decayed, spread), params in sorted(groups.items())],
-                           lr=cfg.lr, momentum=cfg.momentum, fused=device.type in ("cpu", "cuda") or None)
+                           lr=cfg.lr, momentum=cfg.momentum, fused=True if device.type in ("cpu", "cuda") else None)
 
 
 def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
@@ -135,8 +136,8 @@ def make_loss(model, cfg: Config):
 
 def autocast(device: torch.device, precision: str):
     """The run's precision (PyTorch's automatic mixed precision): matrix products in bf16 or fp16
-    inside the block, everything else in fp32; fp32 turns it off."""
-    return torch.autocast(device.type, dtype=DTYPES[precision], enabled=precision != "fp32")
+    inside the block, everything else in fp32; fp32: nothing changes."""
+    return torch.autocast(device.type, dtype=DTYPES[precision]) if precision != "fp32" else contextlib.nullcontext()
 
 
 def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: str, sums: torch.Tensor):
@@ -194,7 +195,7 @@ def restore(checkpoint: dict, model, optimizer, schedule, scaler, sums: torch.Te
     schedule.load_state_dict(checkpoint["scheduler"])
     scaler.load_state_dict(checkpoint["scaler"])
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if sums.device.type == "cuda" and checkpoint["rng"]["cuda"]:
+    if torch.cuda.is_available() and checkpoint["rng"]["cuda"]:
         torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
     sums.copy_(torch.tensor(checkpoint["partial"][:3], dtype=torch.float64))
     log.epoch, log.step, log.history, log.seconds = (checkpoint["epoch"], checkpoint["step"], checkpoint["metrics"],
@@ -219,6 +220,11 @@ def main(cfg: Config, model=None) -> dict:
             checkpoint, path = load_checkpoint(cfg.resume)
             cfg = replace(Config(**checkpoint["config"]), resume=cfg.resume, device=cfg.device, out=str(path.parent))
             reason = f"{cfg.precision}: as the run started"
+            if checkpoint["epoch"] >= cfg.epochs:
+                print(f"{cfg.out} finished its {cfg.epochs} epoch{'s' * (cfg.epochs > 1)} (final test accuracy "
+                      f"{checkpoint['metrics'][-1]['test_acc']:.4f}); nothing to do. To train longer, start a new "
+                      "run: the schedule is fixed by --epochs.")
+                return checkpoint["metrics"][-1]
         else:
             checkpoint = None
             cfg = replace(cfg, out=str(output_folder(cfg.out, f"runs/{cfg.encoding}-{cfg.preset}")))
@@ -253,8 +259,7 @@ def main(cfg: Config, model=None) -> dict:
             restore(checkpoint, model, optimizer, schedule, scaler, sums, log)
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
         net = torch.compile(net) if cfg.compile else net
-        if not log.begin(optimizer, len(train_set.labels), len(test_set.labels)):  # a finished run
-            return log.history[-1]
+        log.begin(optimizer, len(train_set.labels), len(test_set.labels))  # config.json, the logs, the first lines
 
         checkpoint_path = Path(cfg.out) / "checkpoint.pt"
         with StopSignal(device, world, rank == 0) as stop:  # Ctrl-C, SIGTERM: a flag read between batches
@@ -283,13 +288,12 @@ PRESETS = {
     # (the factorized fast path needs it off).
     # tiny: a smoke run: 20,000 training images, 5 epochs.
     "tiny": dict(layers=2, dim=64, ffn_dim=128, width=16, subset=20000, epochs=5, attention_dropout=0.0),
-    # laptop: Fig. 2 on a CPU with the paper's loss: all 50,000 training images, 3 epochs (1,500
-    # steps instead of 150,000), from the paper's start, centers N(0, 2I), the heads' measures
-    # every 100 steps. Ours: lr 0.05, since at A.4's 0.1 this small model's training loss
-    # climbed; positional parameters at 10x the learning rate (their gradients are tiny next to
-    # the value weights'). README's long run adds --lr 0.02 --epochs 30 (at 0.05 for 15,000 steps
-    # the training loss climbed); the paper's depth adds --layers 6 (3x the time a step). In
-    # either, layer 1's heads sharpen near their start and 1-3 a seed widen (README, Fig. 2).
+    # laptop: what training with the paper's loss does to heads started at the paper's N(0, 2I),
+    # on a CPU in minutes: all 50,000 training images, 3 epochs (1,500 steps instead of 150,000),
+    # the heads' measures every 100 steps. Ours: lr 0.05, since at A.4's 0.1 this small model's
+    # training loss stalled; positional parameters (centers and alpha) at 10x the learning rate
+    # (their gradients are tiny next to the value weights'); warm-up 5% of its steps (75, not
+    # A.4's 7,500). Not Fig. 2: the paper's figure is width 400 after 150,000 steps (README).
     "laptop": dict(layers=2, dim=64, ffn_dim=128, width=16, epochs=3, lr=0.05, position_lr=10.0,
                    attention_dropout=0.0, center_std=1.414, log_every=100),
 }

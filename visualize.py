@@ -167,14 +167,15 @@ def maps_figure(model, inputs, ids, out, pdf):
 
 
 def draw_trajectories(ax, layer, snapshots: list, ids: list, title: str):
-    """Fig. 2: the heads' centers from initialization (x) to the last snapshot, its regions."""
+    """Fig. 2: the heads' centers from initialization (x) to the last snapshot (a dot), its regions."""
     centers = np.array([s["centers"] for s in snapshots])  # [snapshots, heads, 2]
     last = measures.layer_at(layer, snapshots[-1])
     draw_regions(ax, last, measures.central_probs(last), title, ids)
     colors = head_colors(max(ids) + 1)
     for h, head in enumerate(ids):
         ax.plot(centers[:, h, 1], centers[:, h, 0], "-", color=colors[head], lw=0.8, alpha=0.8)
-        ax.plot(centers[0, h, 1], centers[0, h, 0], "x", color=colors[head], ms=5)
+        ax.plot(centers[0, h, 1], centers[0, h, 0], "x", color=colors[head], ms=5)  # start: x, as prove.py's
+        ax.plot(centers[-1, h, 1], centers[-1, h, 0], "o", color=colors[head], ms=3)  # end: a dot
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
 
 
@@ -206,8 +207,8 @@ def trajectory_figure(model, run: Path, layer_index: int, ids, out, pdf, frames:
 
     def frame(n):
         ax.clear()
-        draw_trajectories(ax, layer, heads[:n + 1], ids, f"Layer {layer_index}: head centers from initialization "
-                          f"(x) over {snapshots[n][0]}, and their regions")
+        draw_trajectories(ax, layer, heads[:n + 1], ids, f"Layer {layer_index}: each head's center from its start (x) "
+                          f"over {snapshots[n][0]} to its end (dot), and its regions")
 
     shown = sorted(set(np.linspace(0, len(snapshots) - 1, min(frames, len(snapshots))).round().astype(int).tolist()))
     animation = matplotlib.animation.FuncAnimation(fig, frame, frames=shown)

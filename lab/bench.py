@@ -10,7 +10,8 @@
    a GPU, 16 on the CPU), forward + backward, the paper's SelfAttention2d ("dense": the
    T x T product, as the authors' code does it) against FastSelfAttention2d ("fast", what
    the network uses), for every encoding, also with dropout 0.1 on
-   the attention probabilities (training mode); and the layer's own Linear(3600, 400) alone
+   the attention probabilities (training mode), which takes the fast layer's dense path (also
+   under bf16 autocast where the device computes bf16 natively); and the layer's own Linear(3600, 400) alone
    on the same input, the floor any implementation pays ("x Linear": a layer's time over
    the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
@@ -98,16 +99,21 @@ def memory(step, forward, device) -> int:
     return torch.cuda.max_memory_allocated(device)
 
 
-def layer_step(module, x):
-    """forward + backward of a module on a fixed input that needs its gradient too."""
+def layer_step(module, x, bf16: bool = False):
+    """forward + backward of a module on a fixed input that needs its gradient too; with `bf16`
+    the forward under bf16 autocast, as train.py runs it."""
     x = x.requires_grad_()
 
+    def forward():
+        with torch.autocast(x.device.type, torch.bfloat16, enabled=bf16):
+            return module(x).float()
+
     def step():
-        module(x).sum().backward()
+        forward().sum().backward()
         module.zero_grad(set_to_none=True)
         x.grad = None
 
-    return step, lambda: module(x)
+    return step, forward
 
 
 def matmul(device, dtype, n: int) -> tuple:
@@ -125,13 +131,16 @@ def bench_layers(device, cfg: Config) -> list:
     rows = [dict(device=str(device), kind="layer", name=f"Linear({heads * dim}, {dim}) alone", batch=batch,
                  fast_s=floor, fast_bytes=memory(*linear, device))]
     names = list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
+    if choose_precision(device)[0] == "bf16":  # the dense path as A.4 trains it, under bf16 autocast
+        names += [f"{e}+attn dropout+bf16" for e in ("quadratic", "gaussian")]
     for name in names:
-        encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * name.endswith("dropout")
+        encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * ("dropout" in name)
         torch.manual_seed(0)
         fast = FastSelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
         dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
         dense.load_state_dict(fast.state_dict())
-        steps = dict(dense=layer_step(dense, x), fast=layer_step(fast, x), floor=linear)
+        bf16 = name.endswith("bf16")
+        steps = dict(dense=layer_step(dense, x, bf16), fast=layer_step(fast, x, bf16), floor=linear)
         s = measure({k: v[0] for k, v in steps.items()}, device, cfg.repeats)
         rows.append(dict(device=str(device), kind="layer", name=name, batch=batch, dense_s=s["dense"], fast_s=s["fast"],
                          speedup=s["dense"] / s["fast"], dense_bytes=memory(*steps["dense"], device),

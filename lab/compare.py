@@ -59,11 +59,12 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "one_pixel": "distinct pixels of one-pixel heads",
            "already_nearest": "of those, a head's nearest pixel at its own start",
            "already_nearest_other": "chance: the same against another seed's start",
+           "already_nearest_fresh": "chance: the same against a fresh start (exact mean)",
            "own_start": "one-pixel heads on their own start's nearest pixel",
            "own_start_chance": "chance: the start's pixels dealt to the heads at random",
            "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
 ORIGIN_STYLES = {"travel_one_pixel": "--", "already_nearest": "--",  # beside the solid line of its panel
-                 "already_nearest_other": ":", "own_start_chance": ":"}  # chance: dotted
+                 "already_nearest_other": ":", "already_nearest_fresh": ":", "own_start_chance": ":"}  # chance: dotted
 CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of one-pixel heads",
           "sides": "sides of the query holding one", "inside_3x3": "those pixels in the 3x3 window",
           "inside_5x5": "those pixels in the 5x5 window", "mass_3x3": "probability in the 3x3 window",
@@ -262,10 +263,24 @@ def group_origins(members: list, layer: int) -> list:
     starts = [measures.nearest_pixels(r["heads"][0][layer - 1]) for r in members]
     for i, steps in enumerate(found):
         others = [s for j, s in enumerate(starts) if j != i]
+        std = with_defaults(members[i]["config"])["center_std"]
         for at in steps.values():
             at["already_nearest_other"] = statistics.fmean(measures.held(at["pixels"], s) for s in others) \
                 if others else None
+            at["already_nearest_fresh"] = measures.fresh_start_held(at["pixels"], len(starts[i]), std)
     return found
+
+
+def pooled_held(members: list, layer: int, step: int) -> str:
+    """One line: the one-pixel pixels the seeds' own starts held, summed over the seeds, against a
+    fresh start's exact mean and the chance that fresh starts hold at least as many."""
+    found = [f[step] for f in group_origins(members, layer)]
+    held, fresh = sum(a["already_nearest"] for a in found), sum(a["already_nearest_fresh"] for a in found)
+    std, heads = with_defaults(members[0]["config"])["center_std"], len(members[0]["heads"][0][layer - 1]["centers"])
+    tail = measures.fresh_start_tail([a["pixels"] for a in found], heads, std, held)
+    return (f"layer {layer}, step {step:,}, {len(found)} seeds: their own starts held {held} of their "
+            f"{sum(a['one_pixel'] for a in found)} one-pixel pixels; a fresh start, {fresh:.1f} on average, "
+            f"at least {held} with probability {tail:.3f}")
 
 
 def has_layer(run: dict, layer: int) -> bool:
@@ -288,7 +303,10 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
                 known = {name: [a[name] for a in at if a[name] is not None] for name in ["start_pixels"] + list(ORIGINS)}
                 rows.append([label, str(len(at)), str(layer), f"{step:,}"] +
                             [cell(spread(v), 2) if v else "-" for v in known.values()])
-    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+    last = max(steps)  # and below the table, each experiment's count there summed over its seeds
+    pooled = [pooled_held(members, layer, last) for members in groups.values() for layer in layers
+              if last and has_layer(members[0], layer) and all(last in r["heads"] for r in members)]
+    return "\n".join(["| " + " | ".join(r) + " |" for r in rows] + pooled)
 
 
 def steps_per_epoch(config: dict) -> int:

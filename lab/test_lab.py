@@ -125,14 +125,15 @@ def test_bench_writes_each_table_as_it_finishes(tmp_path, monkeypatch):
 
 def test_bench_quick_measures_every_encoding(monkeypatch):
     threads = torch.get_num_threads()
+    monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
-    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
+    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS] + [
+        "quadratic+attn dropout+bf16", "gaussian+attn dropout+bf16"]
     assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
     (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
     assert torch.get_num_threads() == threads  # restored after its one-thread measurement
-    monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     models = bench.bench_models(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert [r["name"] for r in models[::2]] == [name for name, *_ in bench.model_sizes(True)]
     assert [r["precision"] for r in models[:2]] == ["float32", "bfloat16"]
