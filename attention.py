@@ -161,7 +161,7 @@ class ShiftMLP(nn.Module):
     shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
     enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
     to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
-    fitting one took 12-20x more SGD steps (RESULTS.md)."""
+    fitting one took 12-20x more SGD steps (lab/RESULTS.md)."""
 
     separable = False
     undecayed = ()
@@ -196,7 +196,7 @@ class SelfAttention2d(nn.Module):
     """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12), as the paper writes it.
 
     x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
-    dim-dimensional input with its probabilities (D_h = dim, section 4.3 (ii)); the results
+    dim-dimensional input with its probabilities (D_h = D_out = dim, section 4.3 (ii)); the results
     are concatenated and projected by `W_out = Linear(heads * dim, out_dim)`. The logits are
     the encoding's (position only) unless `content=True` adds eq. 8's first term, the data
     term x_q W_qry W_key^T x_k, scaled by 1 / sqrt(D_k) as in Vaswani et al.; eq. 8's mixed
@@ -233,7 +233,7 @@ class SelfAttention2d(nn.Module):
         return self.W_out(heads_out.reshape(B, H, W, -1))  # concat_h, then W_out (the W^(h) of eq. 11): [B, H, W, out_dim]
 
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
-        """P = softmax over keys of the logits (eq. 6): P [heads, T, T], or with content=True
+        """P = softmax over keys of the logits (eq. 1, footnote 3): P [heads, T, T], or with content=True
         (eq. 8's data term added) [B, heads, T, T], which needs the input x [B, H, W, dim]."""
         logits = self.position_logits()  # [heads, T, T]
         if self.content:
@@ -302,21 +302,21 @@ class FastSelfAttention2d(SelfAttention2d):
         autocast = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
         if autocast:  # cast x once, not once per head
             x = x.to(torch.get_autocast_dtype(device))
-        if self.factorized:
-            p_row, p_col = self.axis_probs()
-            x_rows = x.reshape(B, H, W * D)
-            mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
-        else:
+        if not self.factorized:  # every head's T x T probabilities, all heads in one product
             P = self.dropout(self.attention_probs())  # [heads, T, T], one dropout mask for the batch
-            if autocast:  # cast P once a layer: cast inside bmm, each head's expanded P became a [B, T, T] copy
+            if autocast:  # cast P once a layer: cast inside a product, each head's P was copied per image
                 P = P.to(x.dtype)
-            x_flat = x.reshape(B, H * W, D)
-            # bmm with stride-0 (expanded) probabilities: broadcasting matmul would copy them per image
-            mixed = [torch.bmm(P[h].expand(B, -1, -1), x_flat) for h in range(self.heads)]  # [B, T, D] each
-        # Heads are mixed one at a time (one product over all heads was 1.8x slower in fp32 on a
-        # 2-core CPU: its inner dimension, 16, is too small for the matrix kernels), then
+            T = H * W
+            y = P @ x.reshape(B, T, D).transpose(0, 1).reshape(T, B * D)  # [heads, T, B * D]: P_h X, every image
+            y = y.view(self.heads, T, B, D).permute(2, 1, 0, 3)  # [B, T, heads, D]: eq. 12's concatenation
+            return self.W_out(y.reshape(B, H, W, -1))
+        # Factorized, heads are mixed one at a time (one product over all heads was 1.8x slower in
+        # fp32 on a 2-core CPU: its inner dimension, 16, is too small for the matrix kernels), then
         # concatenated and projected by one W_out product, as in eq. 12.
-        y = torch.stack(mixed, dim=-2)  # [..., heads, D]: eq. 12's concatenation
+        p_row, p_col = self.axis_probs()
+        x_rows = x.reshape(B, H, W * D)
+        mixed = [self._mix(x_rows, p_row[h], p_col[h]) for h in range(self.heads)]  # [B * H, W, D] each
+        y = torch.stack(mixed, dim=-2)  # [B * H, W, heads, D]: eq. 12's concatenation
         return self.W_out(y.view(B, H, W, -1))
 
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
@@ -348,7 +348,7 @@ class FastSelfAttention2d(SelfAttention2d):
     @staticmethod
     def _mix(x_rows, p_row, p_col):  # [B, H, W * D] -> [B * H, W, D], one head
         # Each head's row-mixed intermediate is saved for backward: more memory than the dense
-        # path (bench.py measures both) for 5-10% less time than recomputing it.
+        # path (lab/bench.py measures both) for 5-10% less time than recomputing it.
         B, H, _ = x_rows.shape
         W = p_col.shape[0]
         y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows

@@ -35,7 +35,7 @@ CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 # The md5 of the six batch files' md5s (in BATCHES order) names the copy a run read: the
 # official files (their md5s as torchvision lists them), or the JPEG q75 rebuild used for
-# development on machines that cannot download the archive (README: Set up).
+# development on machines that cannot download the archive (lab/RESULTS.md).
 KNOWN_COPIES = {
     hashlib.md5("c99cafc152244af753f735de768cd75f d4bba439e000b95fd0a9bffe97cbabec 54ebc095f3ab1f0389bbae665268c751 "
                 "634d18415352ddfa80567beed471001a 482c414d41f54cd18b22e5b47cb7c3cb 40351d587109b95175f43aff81a1287e"

@@ -25,8 +25,6 @@ Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, 
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
 move toward the 3 x 3 grid of shifts (ours, not the paper's: `python prove.py` prints how
 close each ends; in 1,000 steps they stop a third to two thirds of a pixel short).
-
-Ours too: the converse below and every measure built on it (measures.py).
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
-from runtime import fast_cpu_process, option, parse_flags
 from measures import measures
+from runtime import fast_cpu_process, option, parse_flags
 
 
 class ConvAsAttention(nn.Module):

@@ -161,7 +161,7 @@ def prune(cfg: Config):
         print(f"test accuracy {before[0]:.4f} -> {before[1]:.4f} pruned; fine-tuning {cfg.epochs} "
               f"epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g} in {reason}")
         after = train_lib.main(train_lib.Config(resume=str(out), device=cfg.device))["test_acc"]  # from the saved start
-        table_2([(path.parent.name, before[0], count_parameters(model), paper_flops(model)),
+        table_2([(run_name(path), before[0], count_parameters(model), paper_flops(model)),
                  ("pruned", before[1], count_parameters(small), paper_flops(small)),
                  (f"pruned, fine-tuned {cfg.epochs} epoch{'s' * (cfg.epochs != 1)}", after, count_parameters(small),
                   paper_flops(small))])

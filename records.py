@@ -51,7 +51,6 @@ def output_folder(out: str, default: str) -> Path:
     return folder
 
 
-
 def atomic_save(obj, path: Path):
     """Write to a temporary file, then rename: an interrupted save never leaves half a file."""
     tmp = path.with_suffix(".tmp")
@@ -133,11 +132,11 @@ def keep_lines(path: Path, last: int, key: str = "epoch"):
         path.write_text("".join(l + "\n" for l in lines))
 
 
-class RunLog:
-    """A training run's records and progress, written by its first process: config.json, the
-    .jsonl logs, the lines on stdout and stderr. train.py reads where the run stands from it:
-    `epoch` (epochs done), `step` (batches done in this epoch), `history` (a record an epoch),
-    `seconds` (this epoch's training time so far); a checkpoint saves and restores them."""
+class Run:
+    """Where a training run stands, and its records and progress. train.py reads and the
+    checkpoint saves `epoch` (epochs done), `step` (batches done in this epoch: where a resume
+    restarts), `history` (a record an epoch), `seconds` (this epoch's training time so far).
+    Its first process writes config.json, the .jsonl logs and the lines on stdout and stderr."""
 
     def __init__(self, out: Path, cfg, model, device, world: int, writer: bool, steps_per_epoch: int, reason: str):
         self.out, self.cfg, self.model, self.device, self.world, self.writer = out, cfg, model, device, world, writer
@@ -198,8 +197,6 @@ class RunLog:
             self.after_step(time.time() - step_started, sums)
         self.progress.end_epoch()
         self.seconds = time.time() - self.epoch_started
-        for buffer in self.model.buffers() if self.world > 1 else ():  # BatchNorm statistics as rank 0 holds them
-            dist.broadcast(buffer, 0)
 
     def after_step(self, seconds: float, sums: torch.Tensor):
         self.step += 1
@@ -272,7 +269,7 @@ INSTRUCTION_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_I
 def environment(device: torch.device) -> dict:
     """What a run record names: commit (and whether the tree had uncommitted changes), torch,
     device and hardware (a CPU with its matrix-unit class, and the instruction limits set for
-    PyTorch's kernels: how one CPU computes as an older class, RESULTS.md section 6)."""
+    PyTorch's kernels: how one CPU computes as an older class, lab/RESULTS.md section 6)."""
     def git(*args) -> str:
         try:
             return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
@@ -286,7 +283,6 @@ def environment(device: torch.device) -> dict:
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()}{limits})"
     return dict(commit=commit or "unknown", dirty=dirty, torch=torch.__version__, device=str(device),
                 hardware=hardware, cpu_threads=torch.get_num_threads())
-
 
 
 def cpuinfo(key: str) -> list:

@@ -278,7 +278,7 @@ def flush_subnormals() -> bool:
     A quadratic head's probabilities exp(-alpha ||delta||^2) underflow through the subnormal
     range, and Intel cores multiply subnormal operands through slow microcode assists: on an
     Intel Xeon (Ice Lake) the paper-size fast layer ran at 6.2-6.6x its Linear floor with them,
-    1.8x without (RESULTS.md). Only numbers below 1.2e-38 change, to 0. A worker thread
+    1.8x without (lab/RESULTS.md). Only numbers below 1.2e-38 change, to 0. A worker thread
     copies the flag from the thread that creates it, so this must run before the first
     parallel operation starts PyTorch's thread pool; called later it reaches this thread only."""
     return torch.set_flush_denormal(True)
@@ -291,7 +291,7 @@ def keep_freed_memory() -> bool:
     freed, and trims the heap's top; a training step frees and allocates such blocks every
     step, and each comes back as fresh pages, zeroed one 4 kB page fault at a time (on a
     2-core AVX512-BF16 EPYC VM, 20,000-27,000 faults per fp32 step of the tiny model:
-    RESULTS.md). The price: the process keeps the most memory it ever used. True when both
+    lab/RESULTS.md). The price: the process keeps the most memory it ever used. True when both
     settings took."""
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -309,7 +309,7 @@ def exit_process(code: int):
     Why: constructing DistributedDataParallel leaves a C++ reference to the Gloo process group
     that outlives both the DDP object and dist.destroy_process_group(): its three threads
     (gloo_tcp_loop, two pt_gloo_runloop) still run after both, while a group used without DDP
-    ends them at destroy_process_group (torch 2.13; RESULTS.md). At a normal exit C++ then
+    ends them at destroy_process_group (torch 2.13; lab/RESULTS.md). At a normal exit C++ then
     destroys static objects beside those running threads, and a still-joinable std::thread
     calls std::terminate ("terminate called without an active exception"): SIGABRT, in 2-3 of
     10 two-process runs, after the run had saved and printed everything. Every file is written

@@ -425,6 +425,13 @@ def test_what_a_fresh_start_holds_is_the_exact_chance_of_the_nearest_pixels():
     assert statistics.fmean(counts) == pytest.approx(measures.fresh_start_held(pixels, 9, 1.414), abs=0.05)
 
 
+def test_the_chance_that_fresh_starts_hold_as_many_pixels_is_their_drawn_tail():
+    q = math.erf(0.5 / (1.5 * math.sqrt(2))) ** 2  # one head, std 1.5: its center rounds to (0, 0)
+    assert measures.fresh_start_tail([[(0, 0)]], 1, 1.5, 1) == pytest.approx(q, abs=0.006)
+    assert measures.fresh_start_tail([[(0, 0)], [(0, 0)]], 1, 1.5, 2) == pytest.approx(q * q, abs=0.006)  # two seeds
+    assert measures.fresh_start_tail([[(0, 0)]], 1, 1.5, 0) == 1.0
+
+
 @pytest.mark.parametrize("encoding", ["quadratic", "learned"])
 def test_overlap_from_rows_and_columns_equals_the_full_probabilities_in_values_and_gradients(encoding):
     fast, dense = pair(encoding, (5, 7))

@@ -11,8 +11,8 @@ one epoch of training (`train_epoch`: forward, loss, backward, step, under autoc
 gradient scaler), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule,
 resume, and the loop over epochs, which saves a checkpoint after every epoch and at a
 Ctrl-C. The presets and the command line close the file. What a long run needs besides
-(logs, progress, stop signals, several processes, the CPU's settings) is in records.py and
-runtime.py: no line there changes a step.
+(logs, progress, the stop signal's plumbing, the process) is in records.py and runtime.py:
+no line there computes a step.
 """
 import contextlib
 import math
@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -27,7 +28,7 @@ import data as data_lib
 from attention import ENCODINGS, FastSelfAttention2d
 from measures import head_overlap
 from model import MODELS, model_from_config
-from records import RunLog, atomic_save, load_checkpoint, output_folder
+from records import Run, atomic_save, load_checkpoint, output_folder
 from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, option,
                      parse_flags, pick_device, processes)
 
@@ -121,7 +122,8 @@ def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
 
 def make_schedule(optimizer, total_steps: int, cfg: Config) -> torch.optim.lr_scheduler.LambdaLR:
     """Warm-up and cosine, stepped every batch; the spreads held for the first `spread_hold` of the steps."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, [warmup_cosine(total_steps, cfg.warmup, cfg.spread_hold * g["spread"])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, [warmup_cosine(total_steps, cfg.warmup,
+                                                                        cfg.spread_hold if g["spread"] else 0.0)
                                                          for g in optimizer.param_groups])
 
 
@@ -173,20 +175,20 @@ def evaluate(net, batches, precision: str) -> torch.Tensor:
     return totals
 
 
-def save_checkpoint(path, model, cfg: Config, log=None, optimizer=None, schedule=None, scaler=None, sums=None):
+def save_checkpoint(path, model, cfg: Config, run=None, optimizer=None, schedule=None, scaler=None, sums=None):
     """Everything --resume needs to continue exactly: weights, optimizer, schedule, gradient
-    scaler, settings, where the run stands (`log`: epoch, step, this epoch's running sums and
-    seconds, the epochs' records) and the random number generators. Without an optimizer, a
+    scaler, settings, where the run stands (`run`: epoch, step; this epoch's running sums and
+    seconds; the epochs' records, `metrics`) and the random number generators. Without an optimizer, a
     starting point (a pruned model): --resume trains it from epoch 0."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     atomic_save(dict(model=model.state_dict(), config=asdict(cfg), optimizer=optimizer and optimizer.state_dict(),
                      scheduler=schedule and schedule.state_dict(), scaler=scaler and scaler.state_dict(),
-                     epoch=log.epoch if log else 0, step=log.step if log else 0,
-                     partial=sums.tolist() + [log.seconds] if log else [], metrics=log.history if log else [],
+                     epoch=run.epoch if run else 0, step=run.step if run else 0,
+                     partial=sums.tolist() + [run.seconds] if run else [], metrics=run.history if run else [],
                      rng=dict(torch=torch.get_rng_state(), cuda=cuda)), path)
 
 
-def restore(checkpoint: dict, model, optimizer, schedule, scaler, sums: torch.Tensor, log: RunLog):
+def restore(checkpoint: dict, model, optimizer, schedule, scaler, sums: torch.Tensor, run: Run):
     """The state save_checkpoint saved, put back; a starting point restores the weights only."""
     model.load_state_dict(checkpoint["model"])
     if checkpoint["optimizer"] is None:
@@ -198,7 +200,7 @@ def restore(checkpoint: dict, model, optimizer, schedule, scaler, sums: torch.Te
     if torch.cuda.is_available() and checkpoint["rng"]["cuda"]:
         torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
     sums.copy_(torch.tensor(checkpoint["partial"][:3], dtype=torch.float64))
-    log.epoch, log.step, log.history, log.seconds = (checkpoint["epoch"], checkpoint["step"], checkpoint["metrics"],
+    run.epoch, run.step, run.history, run.seconds = (checkpoint["epoch"], checkpoint["step"], checkpoint["metrics"],
                                                      checkpoint["partial"][3])
 
 
@@ -228,10 +230,10 @@ def main(cfg: Config, model=None) -> dict:
         else:
             checkpoint = None
             cfg = replace(cfg, out=str(output_folder(cfg.out, f"runs/{cfg.encoding}-{cfg.preset}")))
-            if cfg.batch_size % world:
-                raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
             precision, reason = decide_precision(cfg.precision, device, world)  # kept by the checkpoint
             cfg = replace(cfg, precision=precision)
+        if cfg.batch_size % world:
+            raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
         if device.type == "cuda" and cfg.precision == "fp32":
             torch.backends.cuda.matmul.allow_tf32 = True  # TF32 tensor cores, on Ampere and newer
 
@@ -246,6 +248,7 @@ def main(cfg: Config, model=None) -> dict:
 
         # model, optimizer, schedule, and the gradient scaler fp16 needs
         torch.manual_seed(cfg.seed)  # the one seed: initialization and dropout (the data's randomness is keyed by it)
+        # the fast layer: SelfAttention2d's equations in fewer operations (attention.py; the tests hold them equal)
         model = (model or model_from_config(asdict(cfg), FastSelfAttention2d)).to(device)
         optimizer = make_optimizer(model, cfg, device)
         schedule = make_schedule(optimizer, cfg.epochs * len(train_batches), cfg)
@@ -253,30 +256,34 @@ def main(cfg: Config, model=None) -> dict:
         loss_fn = make_loss(model, cfg)
 
         # resume: where the checkpoint stopped, bit for bit
-        log = RunLog(Path(cfg.out), cfg, model, device, world, rank == 0, len(train_batches), reason)
+        run = Run(Path(cfg.out), cfg, model, device, world, rank == 0, len(train_batches), reason)
         sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch so far: loss sum, correct, images
         if checkpoint:
-            restore(checkpoint, model, optimizer, schedule, scaler, sums, log)
+            restore(checkpoint, model, optimizer, schedule, scaler, sums, run)
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
         net = torch.compile(net) if cfg.compile else net
-        log.begin(optimizer, len(train_set.labels), len(test_set.labels))  # config.json, the logs, the first lines
+        run.begin(optimizer, len(train_set.labels), len(test_set.labels))  # config.json, the logs, the first lines
 
         checkpoint_path = Path(cfg.out) / "checkpoint.pt"
         with StopSignal(device, world, rank == 0) as stop:  # Ctrl-C, SIGTERM: a flag read between batches
-            for epoch in range(log.epoch, cfg.epochs):
-                batches = log.steps(train_batches.epoch(epoch, log.step), stop, sums)  # ends early on a stop
+            for epoch in range(run.epoch, cfg.epochs):
+                # the epoch's batches from where the run stands, each step counted (run.step) and logged;
+                # they end early, at a batch boundary, when a stop signal arrives
+                batches = run.steps(train_batches.epoch(epoch, run.step), stop, sums)
                 train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, cfg.precision, sums)
                 if stop.signum:  # a batch boundary: what is saved here resumes exactly
                     if rank == 0:
-                        save_checkpoint(checkpoint_path, model, cfg, log, optimizer, schedule, scaler, sums)
-                    log.stopped()
+                        save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
+                    run.stopped()
                     raise Stop(stop.signum)
+                for buffer in model.buffers() if world > 1 else ():  # BatchNorm statistics: rank 0's for all
+                    dist.broadcast(buffer, 0)
                 test_sums = evaluate(net, test_batches.epoch(0), cfg.precision)
-                log.end_epoch(sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
+                run.end_epoch(sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
                 sums.zero_()
                 if rank == 0:
-                    save_checkpoint(checkpoint_path, model, cfg, log, optimizer, schedule, scaler, sums)
-        return log.finish()
+                    save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
+        return run.finish()
 
 
 # ---- presets and the command line --------------------------------------------------------
@@ -337,7 +344,7 @@ def parse_config(argv=None) -> Config:
 def check_config(cfg: Config):
     """A ValueError naming the flag for any value that cannot work."""
     if cfg.log_every < 0:
-        raise ValueError(f"--log-every must be 0 (none) or a number of steps, got {cfg.log_every}")
+        raise ValueError(f"--run-every must be 0 (none) or a number of steps, got {cfg.log_every}")
     for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")

@@ -34,9 +34,8 @@ import torch
 import data as data_lib
 import measures
 from attention import RowColumn
-from runtime import option, parse_flags
 from records import kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
-from runtime import command_line
+from runtime import command_line, option, parse_flags
 
 
 @dataclass

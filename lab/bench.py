@@ -19,9 +19,11 @@
    train.py runs it: train mode, attention dropout as the row sets it) over the peak of the
    precision used, timed beside the row, in fp32 and under bf16 autocast: the tiny preset's
    model at batch 100, one paper-size block (dim 400) and the paper's 6-block model at batch
-   16 (attention dropout off: the factorized path; on a GPU also with A.4's dropout, and with
+   16 (attention dropout off: the factorized path; on a GPU also with the authors' attention dropout, and with
    --compile under torch.compile), and ResNet18.
-3. Subnormals (CPU): the fast quadratic layer with subnormal floats computed against flushed
+3. Operators: how many a training step of the paper's model dispatches as train.py runs it
+   (on a GPU, kernel launches: at the paper's batch the step may be bound by them).
+4. Subnormals (CPU): the fast quadratic layer with subnormal floats computed against flushed
    to zero, in one thread. Its probabilities exp(-alpha d^2) underflow through the subnormal
    range; Intel cores compute those through slow microcode, so every script flushes them.
 
@@ -37,7 +39,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import train
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
 from model import build_model, counted_flops
 from records import environment
@@ -105,7 +109,7 @@ def layer_step(module, x, bf16: bool = False):
     x = x.requires_grad_()
 
     def forward():
-        with torch.autocast(x.device.type, torch.bfloat16, enabled=bf16):
+        with train.autocast(x.device, "bf16" if bf16 else "fp32"):
             return module(x).float()
 
     def step():
@@ -173,6 +177,42 @@ def bench_subnormals(device, cfg: Config) -> list:
                  flushed_s=s["flushed"], speedup=s["computed"] / s["flushed"])]
 
 
+class Operators(TorchDispatchMode):
+    """Counts the operators dispatched under it: on a GPU each launches a kernel; a view launches none."""
+
+    def __init__(self):
+        super().__init__()
+        self.operators, self.views = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.operators += 1
+        return func(*args, **(kwargs or {}))
+
+
+def bench_operators(device, cfg: Config) -> list:
+    """Operators a training step dispatches, the paper's model as train.py trains it (A.4's
+    settings, the authors' attention dropout, train.py's autocast and SGD), at batch 2: the
+    count does not depend on the batch. Counted at the second step, when momentum exists."""
+    overrides = dict(layers=2, dim=32, ffn_dim=32, heads=4) if cfg.quick else {}
+    torch.manual_seed(0)
+    model = build_model("quadratic", layer=FastSelfAttention2d, **overrides).to(device)
+    precision = choose_precision(device)[0]
+    optimizer = train.make_optimizer(model, train.Config(), device)
+    images, labels = torch.randn(2, 3, 32, 32, device=device), torch.randint(0, 10, (2,), device=device)
+    for _ in range(2):
+        with Operators() as counted:
+            with train.autocast(device, precision):
+                loss = F.cross_entropy(model.train()(images).float(), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return [dict(device=str(device), kind="operators", name="paper model quadratic" + " (quick)" * cfg.quick,
+                 precision=precision, operators=counted.operators, views=counted.views)]
+
+
 def model_sizes(quick: bool, gpu: bool = False, compiled: bool = False) -> list:
     """(row name, build_model name, overrides, batch) of every model row: the paper-size rows at
     batch 16 on a CPU, at A.4's 100 on a GPU; there the paper's model also as train.py runs A.4's
@@ -185,8 +225,8 @@ def model_sizes(quick: bool, gpu: bool = False, compiled: bool = False) -> list:
     rows += [(f"paper block {e}", e, block | fast, big) for e in ("quadratic", "learned", "sinusoidal")]
     paper = block | dict(layers=2) if quick else {}  # the 6 blocks of section 4.1
     rows += [("paper model quadratic", "quadratic", paper | fast, big)]
-    if gpu:  # with A.4's attention dropout; torch.compile'd (its first steps, the compilation, are warm-up)
-        rows += [("paper model, A.4's dropout", "quadratic", paper | dict(layer=FastSelfAttention2d), big)]
+    if gpu:  # with the authors' attention dropout 0.1; torch.compile'd (its first steps, the compilation, are warm-up)
+        rows += [("paper model, attention dropout", "quadratic", paper | dict(layer=FastSelfAttention2d), big)]
         rows += [("paper model quadratic, compiled", "quadratic", paper | fast, big)] if compiled else []
     return rows + [("resnet18", "resnet18", dict(width=8) if quick else {}, 4 if quick else 100)]
 
@@ -194,12 +234,12 @@ def model_sizes(quick: bool, gpu: bool = False, compiled: bool = False) -> list:
 def training_step(net, batch: int, device):
     """step(dtype): forward, cross-entropy, backward and an SGD step on random images, in
     fp32 or under bf16 autocast."""
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, fused=True)  # as train.py's
+    optimizer = train.make_optimizer(net, train.Config(lr=0.01), device)  # as train.py's
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
 
     def step(dtype):
-        with torch.autocast(device.type, torch.bfloat16, enabled=dtype == torch.bfloat16):
+        with train.autocast(device, "bf16" if dtype == torch.bfloat16 else "fp32"):
             loss = F.cross_entropy(net.train()(images).float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -259,6 +299,9 @@ def print_tables(rows: list, hardware: dict):
                       f"{r['dense_bytes'] / 2**20:>10.0f}{r['fast_bytes'] / 2**20:>10.0f}{r['floor_multiple']:>9.2f}x")
             else:
                 print(f"{r['name']:<26}{'':>10}{r['fast_s'] * 1e3:>10.1f}{'':>10}{'':>10}{r['fast_bytes'] / 2**20:>10.0f}{1:>9.2f}x")
+        for r in (r for r in rows if r["device"] == device and r["kind"] == "operators"):
+            print(f"\nA training step of the {r['name']} on {device} ({r['precision']}, train.py's SGD): "
+                  f"{r['operators']:,} operators dispatched (+ {r['views']:,} views, which launch no kernel)")
         for r in (r for r in rows if r["device"] == device and r["kind"] == "subnormals"):
             print(f"\nSubnormals on {device} ({hardware[device]}), the fast {r['name']} layer in one thread, batch "
                   f"{r['batch']}: computed {r['computed_s'] * 1e3:.1f} ms, flushed to zero {r['flushed_s'] * 1e3:.1f} ms "
@@ -285,7 +328,7 @@ def main():
     env = {name: environment(torch.device(name)) for name in names}
     rows = []
     for device in map(torch.device, names):
-        for table in (bench_models, bench_layers, bench_subnormals):  # each table kept as soon as it is timed
+        for table in (bench_models, bench_layers, bench_operators, bench_subnormals):  # each kept once timed
             rows += table(device, cfg)
             if cfg.json:
                 with open(cfg.json, "w") as f:

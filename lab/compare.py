@@ -1,14 +1,15 @@
 """Runs that differ only in their seed are one experiment: mean and spread over the seeds,
 and between experiments, the difference with its 95% interval.
 
-    python compare.py results/grid/*                # a Markdown table, a row an experiment,
-                                                    # then every pair of experiments' difference
-    python compare.py A/* B/* --measures one_pixel  # also the difference of layer 1's one_pixel
-    python compare.py results/grid/* --out figures  # and the test accuracy curves, min-max band,
-                                                    # and each run's Fig. 2 side by side (--layer)
-    python compare.py results/fig2/deep6-lr02-e30-s* --at 0 3000 15000 --origins 1 4
-                                                    # layers 1 and 4 against their start: travel,
-                                                    # alpha, pixels the start already held
+    python -m lab.compare lab/results/grid/*           # a Markdown table, a row an experiment,
+                                                       # then every pair of experiments' difference
+    python -m lab.compare A/* B/* --measures one_pixel # also the difference of layer 1's one_pixel
+    python -m lab.compare lab/results/grid/* --out runs/compare
+                                                       # and the test accuracy curves, min-max band,
+                                                       # and each run's Fig. 2 side by side (--layer)
+    python -m lab.compare lab/results/fig2/deep6-lr02-e30-s* --at 0 3000 15000 --origins 1 4
+                                                       # layers 1 and 4 against their start: travel,
+                                                       # alpha, pixels the start already held, chance
 
 A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
 every setting of their config except the seed and what does not change the computation
@@ -40,11 +41,11 @@ import matplotlib.pyplot as plt
 import data as data_lib
 import measures
 import visualize
-from measures import layer_measures
 from attention import SelfAttention2d
-from runtime import option, parse_flags
+from measures import layer_measures
 from model import model_from_config
 from records import head_snapshot
+from runtime import option, parse_flags
 from train import Config as TrainConfig
 from train import applies, warmup_cosine
 

@@ -85,12 +85,12 @@ def test_bench_times_the_papers_model_on_cuda_against_its_measured_peak(tmp_path
     bench.main()
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
     models = [r for r in rows if r["device"] == "cuda" and r["kind"] == "model"]
-    assert {r["name"] for r in models} >= {"paper model quadratic", "paper model, A.4's dropout"}
+    assert {r["name"] for r in models} >= {"paper model quadratic", "paper model, attention dropout"}
     assert all(0 < r["utilization"] < 1 for r in models)
 
 
 def test_bench_counts_the_flops_of_the_step_that_trains():
-    """A.4's attention dropout turns the factorization off: the step counts the dense products."""
+    """The authors' attention dropout (the default) turns the factorization off: the step counts the dense products."""
     def step_gflop(**overrides):
         model = model_lib.build_model("quadratic", layer=model_lib.FastSelfAttention2d, **overrides).to("meta")
         return model_lib.counted_flops(model, training=True) / 1e9
@@ -99,6 +99,34 @@ def test_bench_counts_the_flops_of_the_step_that_trains():
     assert dropout == pytest.approx(27.02, abs=0.01) and factorized < dropout
     eval_forward = model_lib.counted_flops(model_lib.build_model("quadratic").to("meta")) / 1e9
     assert dropout == pytest.approx(3 * eval_forward, rel=1e-3)  # backward: twice the forward's products
+
+
+def test_bench_rows_run_on_a_non_cpu_device():
+    """A model on `meta` (shapes, no values): any input or constant bench makes on the CPU beside it fails."""
+    device = torch.device("meta")
+    model = model_lib.build_model("quadratic", layers=1, dim=16, ffn_dim=16, heads=4,
+                                  layer=model_lib.FastSelfAttention2d).to(device)
+    bench.training_step(model, 2, device)(torch.float32)
+    assert model_lib.counted_flops(model, training=True) > 0
+    (row,) = bench.bench_operators(device, bench.Config(quick=True))
+    assert row["operators"] > 0 and row["views"] > 0
+
+
+def test_a_training_step_dispatches_fewer_operators_than_a_step_of_the_per_parameter_sgd():
+    """train.py's SGD (fused) and the fast layer's one product over the heads: fewer operators than
+    PyTorch's default SGD on a CPU (a loop over the parameters), the same step."""
+    (row,) = bench.bench_operators(torch.device("cpu"), bench.Config(quick=True))
+    model = model_lib.build_model("quadratic", layer=model_lib.FastSelfAttention2d, layers=2, dim=32, ffn_dim=32, heads=4)
+    loop = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, foreach=False)
+    images, labels = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    for _ in range(2):
+        with bench.Operators() as counted:
+            with train_lib.autocast(torch.device("cpu"), row["precision"]):
+                loss = torch.nn.functional.cross_entropy(model.train()(images).float(), labels)
+            loop.zero_grad(set_to_none=True)
+            loss.backward()
+            loop.step()
+    assert row["operators"] < counted.operators - 2 * len(list(model.parameters()))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -120,7 +148,7 @@ def test_bench_writes_each_table_as_it_finishes(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench", "--quick", "--devices", "cpu", "--repeats", "1", "--json",
                                       str(tmp_path / "b.json")])
     bench.main()
-    assert len(written) == 3 and written == sorted(written) and written[0] > 0
+    assert len(written) == 4 and written == sorted(written) and written[0] > 0
 
 
 def test_bench_quick_measures_every_encoding(monkeypatch):
@@ -288,9 +316,12 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     assert chance[1][100]["already_nearest_other"] == 2
     assert compare.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
     text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
-    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 2.00 | 2.00 | 2.00 | 3.00 | 1.67 | 1.00 "
-            "| 0.32 |") in text
-    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    fresh = measures.fresh_start_held([(0, 1), (1, 0)], 3, 2.0)  # a fresh start of 3 heads, the default std 2
+    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 2.00 | 2.00 | 2.00 "
+            f"| {fresh:.2f} | 3.00 | 1.67 | 1.00 | 0.32 |") in text
+    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    pooled = text.splitlines()[-1]  # the last step, the seeds' counts summed, against fresh starts
+    assert pooled.startswith("layer 1, step 200, 2 seeds: their own starts held 2 of their 4 one-pixel pixels; a fresh start, ")
     assert "another seed's start" in text.splitlines()[0] and "dealt to the heads at random" in text.splitlines()[0]
     assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
     assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
