@@ -1310,6 +1310,8 @@ def test_every_command_writes_under_runs_named_after_its_input_and_never_into_a_
         assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
         assert " holds a run (" in result.stderr and "choose another --out" in result.stderr
         assert {p.name: p.stat().st_mtime_ns for p in gaussian_run.iterdir()} == before
+    result = script("train", "--resume", ckpt, cwd=tmp_path)  # a bare file: its folder holds no run to continue
+    assert result.returncode == 1 and "give a run folder (or its checkpoint.pt)" in result.stderr
 
 
 @pytest.mark.slow

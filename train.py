@@ -220,6 +220,8 @@ def main(cfg: Config, model=None) -> dict:
     with processes(device) as (rank, world):  # (0, 1) unless started by torchrun
         if cfg.resume:  # a resumed run continues with its own settings, in its own folder
             checkpoint, path = load_checkpoint(cfg.resume)
+            if path.name != "checkpoint.pt":  # its folder would receive the logs of a run it does not hold
+                raise ValueError(f"--resume {cfg.resume}: give a run folder (or its checkpoint.pt)")
             cfg = replace(Config(**checkpoint["config"]), resume=cfg.resume, device=cfg.device, out=str(path.parent))
             reason = f"{cfg.precision}: as the run started"
             if checkpoint["epoch"] >= cfg.epochs:
