@@ -35,14 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---- The GPU command and bench.py ------------------------------------------------------------
 
 def gpu_command(out: Path, *flags, seconds: int = 300) -> subprocess.CompletedProcess:
-    """lab/gpu.sh on this CPU, its runs shrunk by appended flags; its bench asks for CUDA, which
-    a CPU machine refuses: the bench fails, as it may on a GPU."""
+    """lab/gpu.sh, its runs shrunk by appended flags, its bench made to fail: stopped after 1 s
+    (and on a machine without CUDA refused at once)."""
     return subprocess.run(["bash", "lab/gpu.sh", "data", str(out), *flags], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="60"), timeout=600)
+                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="1"), timeout=600)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(torch.cuda.is_available(), reason="its bench would run")
 def test_the_gpu_command_trains_both_widths_first_and_a_failing_bench_costs_nothing(tmp_path):
     shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--ffn-dim", "16", "--heads", "4",
               "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
@@ -61,8 +60,7 @@ def test_the_gpu_command_trains_both_widths_first_and_a_failing_bench_costs_noth
     assert (a["dim"], b["dim"]) == (400, 64)
     differ = {k for k in a if k not in ("environment", "out", "data_dir") and a[k] != b[k]}
     assert differ == {"dim"}  # width the one difference
-    bench_log = (tmp_path / "bench.txt").read_text()
-    assert "--devices cuda: this machine has no CUDA device" in bench_log and "bench: exit 1" in bench_log
+    assert re.search(r"bench: exit [1-9]\d* \(the runs are kept\)", (tmp_path / "bench.txt").read_text())
 
 
 @pytest.mark.slow
