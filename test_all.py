@@ -983,6 +983,7 @@ def test_real_signals_at_random_moments_resume_bit_identical(tmp_path):
     (["--subset", "100000"], "--subset 100000: the training set has"),
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "nonsense"], "--device"),
     (["--dropout", "1.5"], "--dropout must lie in"),
+    (["--log-every", "-1"], "--log-every must be 0 (none) or a number of steps"),
     (["--resume", "RUN", "--epochs", "9"], "--epochs, --out cannot change them"),
 ])
 def test_a_bad_flag_gets_one_line_and_no_run_folder(tmp_path, flags, message, monkeypatch):

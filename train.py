@@ -243,8 +243,10 @@ def main(cfg: Config, model=None) -> dict:
         # made on the device; with several processes, each takes its share of every batch
         train_set, test_set, mean, std = load_data(cfg)
         shard = (rank, world)
-        train_batches = data_lib.Batches(train_set, cfg.batch_size // world, mean, std, True, cfg.seed, device, shard)
-        test_batches = data_lib.Batches(test_set, cfg.eval_batch_size, mean, std, False, cfg.seed, device, shard)
+        train_batches = data_lib.Batches(train_set, cfg.batch_size // world, mean, std, train=True, seed=cfg.seed,
+                                         device=device, shard=shard)  # train: shuffled, cropped and flipped
+        test_batches = data_lib.Batches(test_set, cfg.eval_batch_size, mean, std, train=False, seed=cfg.seed,
+                                        device=device, shard=shard)
         if not len(train_batches):
             raise ValueError(f"--batch-size {cfg.batch_size}: larger than the {len(train_set.labels)} training images")
 
@@ -346,7 +348,7 @@ def parse_config(argv=None) -> Config:
 def check_config(cfg: Config):
     """A ValueError naming the flag for any value that cannot work."""
     if cfg.log_every < 0:
-        raise ValueError(f"--run-every must be 0 (none) or a number of steps, got {cfg.log_every}")
+        raise ValueError(f"--log-every must be 0 (none) or a number of steps, got {cfg.log_every}")
     for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
