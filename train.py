@@ -244,7 +244,7 @@ def main(cfg: Config, model=None) -> dict:
         train_set, test_set, mean, std = load_data(cfg)
         shard = (rank, world)
         train_batches = data_lib.Batches(train_set, cfg.batch_size // world, mean, std, train=True, seed=cfg.seed,
-                                         device=device, shard=shard)  # train: shuffled, cropped and flipped
+                                         device=device, shard=shard)
         test_batches = data_lib.Batches(test_set, cfg.eval_batch_size, mean, std, train=False, seed=cfg.seed,
                                         device=device, shard=shard)
         if not len(train_batches):
