@@ -200,13 +200,17 @@ class Run:
 
     def after_step(self, seconds: float, sums: torch.Tensor):
         self.step += 1
-        if self.step % 50 == 0 and not torch.isfinite(sums[0]):
-            raise TrainingError(f"the training loss became {sums[0].item()} in epoch {self.epoch + 1}; "
-                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
+        if self.step % 50 == 0:
+            self.check_finite(sums[0])
         if self.writer and self.cfg.log_every and self.global_step % self.cfg.log_every == 0:
             loss = sums[0].item() / sums[2].item()  # this epoch's so far
             append_jsonl(self.out / "steps.jsonl", step_record(self.model, self.global_step, loss))
         self.progress.step(seconds, self.global_step, lambda: f"loss {sums[0].item() / sums[2].item():.3f}")
+
+    def check_finite(self, loss_sum: torch.Tensor):
+        if not torch.isfinite(loss_sum):
+            raise TrainingError(f"the training loss became {loss_sum.item()} in epoch {self.epoch + 1}; "
+                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
 
     def end_epoch(self, train_sums: torch.Tensor, test_sums: torch.Tensor, lr: float) -> dict:
         """The epoch's record (sums: loss, correct, images, over every process; seconds count
@@ -215,9 +219,7 @@ class Run:
         if self.world > 1:
             dist.all_reduce(sums)
             dist.all_reduce(test_sums)
-        if not torch.isfinite(sums[0]):
-            raise TrainingError(f"the training loss became {sums[0].item()} in epoch {self.epoch + 1}; "
-                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
+        self.check_finite(sums[0])
         before = self.history[-1]["seconds"] if self.history else 0.0
         r = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
                  train_acc=sums[1].item() / sums[2].item(), test_loss=(test_sums[0] / test_sums[2]).item(),

@@ -1320,8 +1320,11 @@ def test_a_stop_during_prunes_fine_tuning_ends_as_trains_does(gaussian_run, tmp_
     ckpt = degenerate_checkpoint(gaussian_run, tmp_path / "ckpt.pt")
     process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "prune.py"), str(ckpt), "--epochs", "200",
                                 "--device", "cpu"], cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    while "SGD groups" not in process.stdout.readline():  # the fine-tuning run has begun
-        pass
+    for line in process.stdout:  # until the fine-tuning run has begun
+        if "SGD groups" in line:
+            break
+    else:
+        pytest.fail(f"prune.py ended before fine-tuning: {process.stderr.read()[-2000:]}")
     time.sleep(1)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
