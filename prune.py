@@ -51,7 +51,7 @@ class Config:
 def head_measures(layer) -> dict:
     """Per head: largest eigenvalue and condition number of Sigma^-1 (quadratic: 2 alpha I)."""
     enc = layer.encoding
-    inv_cov = enc.inv_cov if hasattr(enc, "inv_cov") else 2 * enc.alpha[:, None, None] * torch.eye(2)
+    inv_cov = enc.inv_cov if hasattr(enc, "inv_cov") else 2 * enc.alpha[:, None, None] * torch.eye(2, device=enc.alpha.device)
     eig = torch.linalg.eigvalsh(inv_cov.detach().double())  # ascending, [heads, 2]
     largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)
     condition = torch.where(smallest > 0, largest / smallest, torch.inf)  # singular (Sigma^-1 = 0 too): inf
