@@ -1,6 +1,10 @@
-"""The test suite, grouped by the paper's claims: `python -m pytest -q test_all.py` (a few
-minutes on 2 cores; `-m "not slow"` skips the tests that start training processes; the lab's
-own tests are lab/test_lab.py, and `python -m pytest -q` runs both).
+"""The test suite in two parts: `python -m pytest -q test_all.py` (a few minutes on 2 cores;
+`-m "not slow"` skips the tests that start training processes; the lab's own tests are
+lab/test_lab.py, and `python -m pytest -q` runs both).
+
+Part 1 is what the paper claims, a section per equation, lemma, table or figure, each claim
+checked; part 2 the machinery a run needs (bad inputs, devices, data files, resume, signals,
+commands, the documentation), which a reader of the paper may skip.
 
 Every fast path is held to an independent reference: the dense equations, F.conv2d,
 eq. 15 written out here, the paper's tables for parameter counts.
@@ -86,6 +90,8 @@ def grads(layer, x, g):
     (out * g).sum().backward()
     return out, x.grad, {n: p.grad for n, p in layer.named_parameters()}
 
+
+# ======== Part 1: what the paper claims, and how each claim is checked ========
 
 # ---- Eqs. 9/15, 16 and §4.3: the encodings, and every fast path equal to the dense equations ---
 
@@ -225,51 +231,6 @@ def test_dropout_on_probabilities_still_matches_dense_in_eval():
     torch.testing.assert_close(fast(x), dense(x))
     fast.train()
     assert not fast.factorized  # dropout on P breaks the factorization: the full product is used
-
-
-# ---- Bad inputs get one clear error ----------------------------------------------------------
-
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(dim=0), "dim must be a positive integer"),
-    (dict(heads=2.5), "heads must be a positive integer"),
-    (dict(encoding="rotary"), "unknown encoding 'rotary'"),
-    (dict(grid=(16,)), "grid must be two positive integers"),
-])
-def test_bad_layer_arguments(kwargs, match):
-    args = dict(dim=8, heads=4, grid=(4, 4)) | kwargs
-    with pytest.raises(ValueError, match=match):
-        SelfAttention2d(**args)
-
-
-def test_input_of_wrong_grid_or_dim_is_refused():
-    layer = SelfAttention2d(8, 4, (4, 5))
-    with pytest.raises(ValueError, match=r"expected input \[B, 4, 5, 8\], got \[2, 5, 4, 8\]"):
-        layer(torch.randn(2, 5, 4, 8))
-    with pytest.raises(ValueError, match="expected input"):
-        layer(torch.randn(2, 4, 5, 7))
-    with pytest.raises(ValueError, match="learned tables are sized for grid"):
-        SelfAttention2d(8, 4, (4, 5), "learned").set_grid((6, 6))
-
-
-def test_non_square_heads_refused_for_a_kernel():
-    with pytest.raises(ValueError, match="square number of heads, got heads=8"):
-        attention.kernel_shifts(8)
-    assert attention.kernel_shifts(9).tolist()[:2] == [[-1, -1], [-1, 0]]
-
-
-@pytest.mark.parametrize("conv, match", [
-    (nn.Conv2d(3, 4, 3, stride=2, padding=1), "stride"),
-    (nn.Conv2d(3, 4, 3, dilation=2, padding=1), "dilation"),
-    (nn.Conv2d(3, 4, 3, padding=0), "padding"),
-    (nn.Conv2d(4, 4, 3, padding=1, groups=2), "groups"),
-    (nn.Conv2d(3, 4, 2, padding=1), "even kernel"),
-    (nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), "padding_mode"),
-])
-def test_conv_outside_the_construction_is_refused(conv, match):
-    with pytest.raises(ValueError, match=match):
-        prove.conv_to_attention(conv, alpha=10.0)
-    with pytest.raises(TypeError):
-        prove.conv_to_attention(nn.Linear(3, 3), alpha=10.0)
 
 
 # ---- Theorem 1 (Lemmas 1-2): attention built from a convolution equals F.conv2d -------------
@@ -513,6 +474,131 @@ def test_models_classify_a_batch(name):
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
 
 
+# ---- A.4's recipe and A.1's pruning: the schedule, weight decay, degenerate heads ------------
+
+def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
+    f = train_lib.warmup_cosine(1000, 0.05)
+    values = [f(s) for s in range(1000)]
+    assert values[0] == pytest.approx(1 / 50) and values[49] == 1.0
+    assert all(b > a for a, b in zip(values[:50], values[1:50]))
+    assert all(b <= a for a, b in zip(values[49:], values[50:]))
+    assert values[525] == pytest.approx(0.5, abs=0.01) and values[-1] < 1e-4
+
+
+@pytest.mark.parametrize("encoding, undecayed", [
+    ("quadratic", {"centers", "sqrt_2alpha"}), ("gaussian", {"centers", "inv_cov_sqrt"}),
+    ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
+def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
+    net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
+    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0), torch.device("cpu"))
+    decay = {id(p): (g["weight_decay"], g["lr"]) for g in opt.param_groups for p in g["params"]}
+    for name, p in net.named_parameters():
+        positional = ".encoding." in name
+        expected = 0.0 if positional and name.split(".")[-1] in undecayed else 1e-4
+        assert decay[id(p)] == (expected, 1.0 if positional else 0.1), name
+    assert opt.param_groups[0]["lr"] == 0.1 and len(decay) == len(list(net.parameters()))
+
+
+def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_run):
+    checkpoint, _ = records.load_checkpoint(gaussian_run)
+    model = records.model_from_checkpoint(checkpoint).eval()
+    force_degenerate(model, {(0, 1): "zero", (1, 0): "stripe", (1, 3): "zero"})
+    pruned = prune_lib.degenerate_heads(model, prune_lib.Config())
+    assert pruned == [[1], [0, 3]]
+    small, heads = prune_lib.remove_heads(model, checkpoint["config"], pruned)
+    assert heads == [3, 2]
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, drop in zip(reference.attention_layers, pruned):
+            W = layer.W_out.weight.view(layer.dim, layer.heads, layer.dim)
+            W[:, drop] = 0
+    x = torch.randn(4, 3, 32, 32)
+    torch.testing.assert_close(small.eval()(x), reference(x), atol=1e-5, rtol=1e-5)
+    dim = 16  # a head takes its dim x dim block of W_out, 2 center and 4 S entries
+    assert model_lib.count_parameters(model) - model_lib.count_parameters(small) == 3 * (dim * dim + 6)
+
+
+def test_quadratic_heads_pruned_by_alpha():
+    model = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
+    model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 1e-7, 0.5, 2e-6])
+    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1, 3]]
+
+
+# ---- Figs. 2-8: a head's probability regions ---------------------------------------------
+
+def test_probability_regions_of_a_known_gaussian_hold_their_mass():
+    layer = SelfAttention2d(4, 1, (31, 31), "quadratic")
+    with torch.no_grad():
+        layer.encoding.centers.zero_()
+    layer.encoding.alpha = 0.05  # sigma^2 = 1 / (2 alpha) = 10 pixels^2
+    p = measures.central_probs(layer)[0]
+    for mass in (0.5, 0.9):
+        (level,) = viz.mass_levels(p, [mass])
+        region = p >= level
+        assert mass <= p[region].sum() < mass + 0.02
+        area = 2 * math.pi * 10 * -math.log(1 - mass)  # the Gaussian's own region: pi r^2
+        assert region.sum().item() == pytest.approx(area, rel=0.1)
+
+
+# ======== Part 2: the machinery: bad inputs, devices, data files, runs, commands, the documentation ========
+
+# ---- Bad inputs get one clear error ----------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dim=0), "dim must be a positive integer"),
+    (dict(heads=2.5), "heads must be a positive integer"),
+    (dict(encoding="rotary"), "unknown encoding 'rotary'"),
+    (dict(grid=(16,)), "grid must be two positive integers"),
+])
+def test_bad_layer_arguments(kwargs, match):
+    args = dict(dim=8, heads=4, grid=(4, 4)) | kwargs
+    with pytest.raises(ValueError, match=match):
+        SelfAttention2d(**args)
+
+
+def test_input_of_wrong_grid_or_dim_is_refused():
+    layer = SelfAttention2d(8, 4, (4, 5))
+    with pytest.raises(ValueError, match=r"expected input \[B, 4, 5, 8\], got \[2, 5, 4, 8\]"):
+        layer(torch.randn(2, 5, 4, 8))
+    with pytest.raises(ValueError, match="expected input"):
+        layer(torch.randn(2, 4, 5, 7))
+    with pytest.raises(ValueError, match="learned tables are sized for grid"):
+        SelfAttention2d(8, 4, (4, 5), "learned").set_grid((6, 6))
+
+
+def test_non_square_heads_refused_for_a_kernel():
+    with pytest.raises(ValueError, match="square number of heads, got heads=8"):
+        attention.kernel_shifts(8)
+    assert attention.kernel_shifts(9).tolist()[:2] == [[-1, -1], [-1, 0]]
+
+
+@pytest.mark.parametrize("conv, match", [
+    (nn.Conv2d(3, 4, 3, stride=2, padding=1), "stride"),
+    (nn.Conv2d(3, 4, 3, dilation=2, padding=1), "dilation"),
+    (nn.Conv2d(3, 4, 3, padding=0), "padding"),
+    (nn.Conv2d(4, 4, 3, padding=1, groups=2), "groups"),
+    (nn.Conv2d(3, 4, 2, padding=1), "even kernel"),
+    (nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), "padding_mode"),
+])
+def test_conv_outside_the_construction_is_refused(conv, match):
+    with pytest.raises(ValueError, match=match):
+        prove.conv_to_attention(conv, alpha=10.0)
+    with pytest.raises(TypeError):
+        prove.conv_to_attention(nn.Linear(3, 3), alpha=10.0)
+
+
+def test_bad_model_arguments():
+    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+        model_lib.build_model("vgg")
+    with pytest.raises(ValueError, match="heads lists 2 layers"):
+        model_lib.build_model("quadratic", heads=[9, 9])
+    with pytest.raises(ValueError, match="resnet18 takes no dim, layers; it takes num_classes, width"):
+        model_lib.build_model("resnet18", layers=2, dim=8)
+    with pytest.raises(ValueError, match="quadratic takes no width"):
+        model_lib.build_model("quadratic", width=16)
+
+
+# ---- Devices: the meta device stands for a GPU; bf16; CUDA (run by whoever has a GPU) ----------
 # A model on the `meta` device computes shapes, not values: any tensor made on the CPU beside it
 # (an input, an index, a constant) fails there as it would beside a GPU. What it cannot catch:
 # code that reads values (.item(), .tolist(): the measures and head snapshots, which derive every
@@ -567,20 +653,57 @@ def test_the_dense_path_under_bf16_casts_p_once_a_layer_and_computes_alike():
     assert casts.count((4, 36, 36)) == 1 and (3, 36, 36) not in casts, casts  # P [heads, T, T] once; no [B, T, T]
 
 
-def test_bad_model_arguments():
-    with pytest.raises(ValueError, match="unknown model 'vgg'"):
-        model_lib.build_model("vgg")
-    with pytest.raises(ValueError, match="heads lists 2 layers"):
-        model_lib.build_model("quadratic", heads=[9, 9])
-    with pytest.raises(ValueError, match="resnet18 takes no dim, layers; it takes num_classes, width"):
-        model_lib.build_model("resnet18", layers=2, dim=8)
-    with pytest.raises(ValueError, match="quadratic takes no width"):
-        model_lib.build_model("quadratic", width=16)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+on_gpu = [pytest.mark.gpu, needs_cuda]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("encoding", ["quadratic", "learned", "gaussian"])
+def test_cuda_fast_path_equals_dense_in_float32(encoding):
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as the reference
+    fast, dense = (l.float().cuda() for l in pair(encoding, (16, 16), heads=9, dim=64))
+    x, g = torch.randn(4, 16, 16, 64, device="cuda"), torch.randn(4, 16, 16, 64, device="cuda")
+    for a, b in zip(grads(fast, x, g), grads(dense, x, g)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
+    precision, reason = runtime.choose_precision(torch.device("cuda"))
+    major = torch.cuda.get_device_capability()[0]
+    assert precision == ("bf16" if major >= 8 else "fp16") and reason.startswith(precision)
+    cfg = train_lib.Config(dataset="synthetic", subset=500, epochs=2, out=str(tmp_path / "run"), device="cuda")
+    last = train_lib.main(cfg)  # the paper's model and recipe, a few steps
+    saved = records.load_checkpoint(tmp_path / "run")[0]
+    assert saved["config"]["precision"] == precision and math.isfinite(last["train_loss"])
+    assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("command", [["train.py", "--device", "cuda", "--preset", "tiny"]])
+def test_asking_for_cuda_without_it_is_refused_in_one_line(command):
+    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=Path(__file__).parent,
+                            timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: {command[1]} cuda: this machine has no CUDA device; "
+                                          f"use {command[1]} cpu or auto"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_two_gpu_nccl_run_keeps_identical_weights(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+           "--dataset", "synthetic", "--subset", "400", "--epochs", "1", "--out", str(tmp_path / "ddp")]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, timeout=600)
+    assert result.returncode == 0, result.stderr[:3000]
+    assert "weights identical across 2 processes: True" in result.stdout
 
 
 # ---- §4.1 data: CIFAR-10 loading and batches -------------------------------------------------
-
-
 
 def test_the_data_is_named_by_the_md5_of_its_six_batch_files(tmp_path):
     folder = tmp_path / data_lib.FOLDER
@@ -597,6 +720,8 @@ def test_the_data_is_named_by_the_md5_of_its_six_batch_files(tmp_path):
 
 
 PROJECT_DATA = Path(__file__).resolve().parent / "data"  # train.py's default --data-dir
+
+
 SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"  # a JPEG copy beside the project, if any
 
 
@@ -733,25 +858,12 @@ def test_synthetic_needs_spatial_patterns():
     assert ((xt @ w).argmax(1) == test.labels).float().mean() < 0.2
 
 
-# ---- A.4 recipe and runs: schedule, weight decay, exact resume, DDP, bad flags --------------
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-on_gpu = [pytest.mark.gpu, needs_cuda]
-
+# ---- Runs: flags, precision, records, exact resume, signals, DDP ------------------------------
 
 def small_config(tmp_path, **kw) -> train_lib.Config:
     return train_lib.Config(**dict(dataset="synthetic", encoding="quadratic", layers=1, dim=16, ffn_dim=32,
                                    heads=4, subset=300, batch_size=50, epochs=2, lr=0.05,
                                    out=str(tmp_path / "run"), device="cpu", precision="fp32") | kw)
-
-
-def test_schedule_warms_up_linearly_then_decays_by_cosine_to_zero():
-    f = train_lib.warmup_cosine(1000, 0.05)
-    values = [f(s) for s in range(1000)]
-    assert values[0] == pytest.approx(1 / 50) and values[49] == 1.0
-    assert all(b > a for a, b in zip(values[:50], values[1:50]))
-    assert all(b <= a for a, b in zip(values[49:], values[50:]))
-    assert values[525] == pytest.approx(0.5, abs=0.01) and values[-1] < 1e-4
 
 
 def test_presets_and_flags():
@@ -825,20 +937,6 @@ def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
     err = capsys.readouterr().err
     assert err.count("estimate:") == 1 and "0.40 s a step, 1,949 steps to go with evaluation: 14.3 min" in err
     assert "--preset laptop" not in err
-
-
-@pytest.mark.parametrize("encoding, undecayed", [
-    ("quadratic", {"centers", "sqrt_2alpha"}), ("gaussian", {"centers", "inv_cov_sqrt"}),
-    ("learned", set()), ("sinusoidal", set()), ("mlp", set())])
-def test_only_gaussian_centers_and_spreads_escape_weight_decay(encoding, undecayed):
-    net = model_lib.build_model(encoding, layers=2, dim=8, ffn_dim=8, heads=4)
-    opt = train_lib.make_optimizer(net, train_lib.Config(position_lr=10.0), torch.device("cpu"))
-    decay = {id(p): (g["weight_decay"], g["lr"]) for g in opt.param_groups for p in g["params"]}
-    for name, p in net.named_parameters():
-        positional = ".encoding." in name
-        expected = 0.0 if positional and name.split(".")[-1] in undecayed else 1e-4
-        assert decay[id(p)] == (expected, 1.0 if positional else 0.1), name
-    assert opt.param_groups[0]["lr"] == 0.1 and len(decay) == len(list(net.parameters()))
 
 
 def final_weights(out):
@@ -1112,56 +1210,7 @@ def test_three_process_gloo_run_has_identical_weights_and_counts_every_test_imag
     assert metrics[-1]["test_acc"] == (logits.argmax(1) == test.labels).sum().item() / len(test.labels)
 
 
-# ---- CUDA: run by whoever has a GPU (skipped here) -------------------------------------------
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("encoding", ["quadratic", "learned", "gaussian"])
-def test_cuda_fast_path_equals_dense_in_float32(encoding):
-    torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as the reference
-    fast, dense = (l.float().cuda() for l in pair(encoding, (16, 16), heads=9, dim=64))
-    x, g = torch.randn(4, 16, 16, 64, device="cuda"), torch.randn(4, 16, 16, 64, device="cuda")
-    for a, b in zip(grads(fast, x, g), grads(dense, x, g)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_cuda_paper_model_trains_in_the_precision_its_gpu_computes(tmp_path):
-    precision, reason = runtime.choose_precision(torch.device("cuda"))
-    major = torch.cuda.get_device_capability()[0]
-    assert precision == ("bf16" if major >= 8 else "fp16") and reason.startswith(precision)
-    cfg = train_lib.Config(dataset="synthetic", subset=500, epochs=2, out=str(tmp_path / "run"), device="cuda")
-    last = train_lib.main(cfg)  # the paper's model and recipe, a few steps
-    saved = records.load_checkpoint(tmp_path / "run")[0]
-    assert saved["config"]["precision"] == precision and math.isfinite(last["train_loss"])
-    assert saved["metrics"][-1]["train_loss"] < saved["metrics"][0]["train_loss"] + 0.5
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-@pytest.mark.parametrize("command", [["train.py", "--device", "cuda", "--preset", "tiny"]])
-def test_asking_for_cuda_without_it_is_refused_in_one_line(command):
-    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=Path(__file__).parent,
-                            timeout=120)
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.splitlines() == [f"error: {command[1]} cuda: this machine has no CUDA device; "
-                                          f"use {command[1]} cpu or auto"]
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-def test_two_gpu_nccl_run_keeps_identical_weights(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           "--dataset", "synthetic", "--subset", "400", "--epochs", "1", "--out", str(tmp_path / "ddp")]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, timeout=600)
-    assert result.returncode == 0, result.stderr[:3000]
-    assert "weights identical across 2 processes: True" in result.stdout
-
-
-# ---- A.1 pruning of degenerate heads ---------------------------------------------------------
-
-
+# ---- prune.py: its checkpoint, report, fine-tuning and stop --------------------------------
 
 @pytest.fixture(scope="module")
 def gaussian_run(tmp_path_factory):
@@ -1176,31 +1225,6 @@ def force_degenerate(model, layer_heads: dict):
         for (layer, head), kind in layer_heads.items():
             S = model.attention_layers[layer].encoding.inv_cov_sqrt
             S[head] = 0 if kind == "zero" else torch.tensor([[1.0, 0.0], [2.0, 0.0]])
-
-
-def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_run):
-    checkpoint, _ = records.load_checkpoint(gaussian_run)
-    model = records.model_from_checkpoint(checkpoint).eval()
-    force_degenerate(model, {(0, 1): "zero", (1, 0): "stripe", (1, 3): "zero"})
-    pruned = prune_lib.degenerate_heads(model, prune_lib.Config())
-    assert pruned == [[1], [0, 3]]
-    small, heads = prune_lib.remove_heads(model, checkpoint["config"], pruned)
-    assert heads == [3, 2]
-    reference = copy.deepcopy(model)
-    with torch.no_grad():
-        for layer, drop in zip(reference.attention_layers, pruned):
-            W = layer.W_out.weight.view(layer.dim, layer.heads, layer.dim)
-            W[:, drop] = 0
-    x = torch.randn(4, 3, 32, 32)
-    torch.testing.assert_close(small.eval()(x), reference(x), atol=1e-5, rtol=1e-5)
-    dim = 16  # a head takes its dim x dim block of W_out, 2 center and 4 S entries
-    assert model_lib.count_parameters(model) - model_lib.count_parameters(small) == 3 * (dim * dim + 6)
-
-
-def test_quadratic_heads_pruned_by_alpha():
-    model = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
-    model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 1e-7, 0.5, 2e-6])
-    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1, 3]]
 
 
 def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_path, monkeypatch):
@@ -1334,21 +1358,7 @@ def test_a_stop_during_prunes_fine_tuning_ends_as_trains_does(gaussian_run, tmp_
     assert saved["optimizer"] is not None and 0 < saved["epoch"] * 6 + saved["step"] < 200 * 6
 
 
-# ---- Figs. 2-8 and the benchmarks ------------------------------------------------------------
-
-def test_probability_regions_of_a_known_gaussian_hold_their_mass():
-    layer = SelfAttention2d(4, 1, (31, 31), "quadratic")
-    with torch.no_grad():
-        layer.encoding.centers.zero_()
-    layer.encoding.alpha = 0.05  # sigma^2 = 1 / (2 alpha) = 10 pixels^2
-    p = measures.central_probs(layer)[0]
-    for mass in (0.5, 0.9):
-        (level,) = viz.mass_levels(p, [mass])
-        region = p >= level
-        assert mass <= p[region].sum() < mass + 0.02
-        area = 2 * math.pi * 10 * -math.log(1 - mass)  # the Gaussian's own region: pi r^2
-        assert region.sum().item() == pytest.approx(area, rel=0.1)
-
+# ---- visualize.py's figures, and the process -------------------------------------------------
 
 def not_blank(path: Path) -> bool:
     import matplotlib.image as mpimg
