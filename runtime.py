@@ -36,9 +36,10 @@ def option(default, help: str, **flag):
 def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
     """The values given on the command line, by field name ({"epochs": 3} for `--epochs 3`; flags
     not given are absent). Every field of the dataclass is a flag `--field-name` (booleans also
-    `--no-field-name`), those in `positional` arguments."""
+    `--no-field-name`), those in `positional` arguments. Only a flag's full name is taken: argparse
+    would read a misspelling that begins a real flag (`--epoch`) as that flag (`--epochs`)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
+                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
     for f in dataclasses.fields(config_class):
         flag = dict(f.metadata)
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default

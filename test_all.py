@@ -1094,6 +1094,14 @@ def test_a_bad_flag_gets_one_line_and_no_run_folder(tmp_path, flags, message, mo
     assert not (tmp_path / "bad").exists()
 
 
+def test_a_flag_is_taken_by_its_full_name_only(tmp_path):
+    """argparse would read a prefix of a flag as that flag: --epoch 1 as --epochs 1, and train."""
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "train.py"), "--preset", "laptop", "--epoch",
+                             "1"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "train.py: error: unrecognized arguments: --epoch 1" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_finished_run_resumed_says_so_and_trains_nothing(tmp_path, capsys):
     train_lib.main(small_config(tmp_path, epochs=1))
     saved = (tmp_path / "run" / "checkpoint.pt").read_bytes()
