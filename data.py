@@ -1,4 +1,4 @@
-"""CIFAR-10 (section 4.1): download, verify, load; batches made on the training device.
+"""CIFAR-10 (section 4.1): batches made on the training device; download, verify, load.
 
     python data.py [--data-dir data] [--dataset cifar10|synthetic]   # summary, identity, sample grid
 
@@ -12,8 +12,13 @@ Also a `synthetic` set, made in memory in a second, for smoke runs, tests and CP
 each class is a 4 x 4 binary motif tiled over the image at a random phase, in random
 colours, with noise. Every pixel is "on" with probability 1/2 in every class, so per-pixel
 colour statistics carry no label information; only local spatial patterns do.
+
+Reading order: a split of images, their statistics, the augmentation and `Batches`. Below the
+`# ----` line, skipped on a first reading: where the images come from (CIFAR-10's download,
+checksums and files, the synthetic set, what a run records of them) and the command line.
 """
 import hashlib
+import os
 import pickle
 import sys
 import tarfile
@@ -26,6 +31,85 @@ import torch
 import torch.nn.functional as F
 
 from runtime import option, parse_flags
+
+
+@dataclass
+class Split:
+    images: torch.Tensor  # uint8 [N, 3, 32, 32]
+    labels: torch.Tensor  # int64 [N]
+
+    def to(self, device) -> "Split":
+        return Split(self.images.to(device), self.labels.to(device))
+
+
+def channel_stats(images: torch.Tensor) -> tuple:
+    """Per-channel mean and std of uint8 images, on the [0, 1] scale: two [3] tensors."""
+    x = images.double().div_(255).transpose(0, 1).reshape(3, -1)
+    return x.mean(1).float(), x.std(1).float()
+
+
+def generator(device, *keys: int) -> torch.Generator:
+    """A generator seeded by a tuple of integers: (seed, epoch, batch) gives every batch its own."""
+    seed = int(hashlib.sha256(repr(keys).encode()).hexdigest()[:15], 16)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def augment(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
+    """Random crop of the original size from the zero-padded image, then a random horizontal
+    flip, for a whole uint8 batch [B, 3, H, W] at once."""
+    B, C, H, W = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad))
+    offset = torch.randint(0, 2 * pad + 1, (2, B, 1), generator=g, device=images.device)
+    flip = torch.rand(B, 1, generator=g, device=images.device) < 0.5
+    cols = torch.arange(W, device=images.device)
+    rows = torch.arange(H, device=images.device)[None, :] + offset[0]  # [B, H]
+    cols = torch.where(flip, W - 1 - cols, cols) + offset[1]  # [B, W], mirrored where flipped
+    b = torch.arange(B, device=images.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+
+
+class Batches:
+    """Mini-batches of a Split held on `device`: shuffled, augmented and normalized per batch.
+
+    With `shard=(rank, world)` each process of a distributed run takes every world-th image
+    of the shared order. Iterate with `epoch(e, start=b)` to begin at batch b."""
+
+    def __init__(self, split: Split, batch_size: int, mean, std, train: bool, seed: int = 0,
+                 device="cpu", shard=(0, 1)):
+        self.split = split.to(device)
+        self.batch_size, self.train, self.seed, self.device, self.shard = batch_size, train, seed, device, shard
+        self.mean = torch.as_tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.as_tensor(std, device=device).view(1, 3, 1, 1) * 255
+        rank, world = shard
+        # training: every process the same number of images, the ragged end of the shared order
+        # dropped; evaluation: every image exactly once, whatever the number of processes
+        self.size = len(split.labels) // world if train else len(range(rank, len(split.labels), world))
+        self.steps = self.size // batch_size if train else -(-self.size // batch_size)
+
+    def __len__(self):
+        return self.steps
+
+    def order(self, epoch: int) -> torch.Tensor:
+        n = len(self.split.labels)
+        if not self.train:
+            index = torch.arange(n, device=self.device)
+        else:
+            index = torch.randperm(n, generator=generator("cpu", self.seed, epoch)).to(self.device)
+        rank, world = self.shard
+        return index[rank:self.size * world:world] if self.train else index[rank::world]
+
+    def epoch(self, epoch: int, start: int = 0):
+        index = self.order(epoch)
+        for b in range(start, self.steps):
+            idx = index[b * self.batch_size:(b + 1) * self.batch_size]
+            images = self.split.images[idx]
+            if self.train:
+                images = augment(images, generator(self.device, self.seed, epoch, b, self.shard[0]))
+            yield (images.float() - self.mean) / self.std, self.split.labels[idx]
+
+
+# ---- where the images come from: CIFAR-10's download and checks, the synthetic set -------------
+# and the command line (skip on first reading)
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -48,15 +132,6 @@ KNOWN_COPIES = {
 
 class DataError(RuntimeError):
     """A data set that cannot be found, downloaded or read; the message says what to do."""
-
-
-@dataclass
-class Split:
-    images: torch.Tensor  # uint8 [N, 3, 32, 32]
-    labels: torch.Tensor  # int64 [N]
-
-    def to(self, device) -> "Split":
-        return Split(self.images.to(device), self.labels.to(device))
 
 
 def md5sum(path: Path) -> str:
@@ -89,17 +164,33 @@ def download(url: str, target: Path):
 
 
 def extract(archive: Path, data_dir: Path):
-    """Extract `cifar-10-batches-py/` safely (tarfile's data filter) into a temporary folder,
-    then rename it into place, so a failed extraction never leaves a half-written folder."""
+    """Extract `cifar-10-batches-py/` safely into a temporary folder, then rename it into place,
+    so a failed extraction never leaves a half-written folder. Safely: plain files and folders
+    inside it only (`safe_members`), and tarfile's data filter where Python has it (3.10.12,
+    3.11.4, 3.12 and later; an earlier release has no `filter` argument)."""
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
         try:
             with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+                members = safe_members(tar, Path(tmp), archive)
+                tar.extractall(tmp, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         except (tarfile.TarError, EOFError, OSError) as e:
             raise DataError(f"{archive} is truncated or corrupt ({e}); delete it and try again") from e
         if not (Path(tmp) / FOLDER).is_dir():
             raise DataError(f"{archive} holds no {FOLDER}/ folder: not the CIFAR-10 python archive")
         (Path(tmp) / FOLDER).replace(data_dir / FOLDER)
+
+
+def safe_members(tar: tarfile.TarFile, folder: Path, archive: Path) -> list:
+    """The archive's members, refused (DataError) if one is a link or a device, or would be
+    written outside `folder` (an absolute path, or one through ..)."""
+    root = os.path.realpath(folder)
+    members = tar.getmembers()
+    for member in members:
+        target = os.path.realpath(os.path.join(root, member.name))
+        if not (member.isfile() or member.isdir()) or os.path.commonpath([root, target]) != root:
+            raise DataError(f"{archive} holds {member.name!r}, a link or a path outside its folder: "
+                            "not the CIFAR-10 python archive")
+    return members
 
 
 def read_batch(path: Path) -> Split:
@@ -203,72 +294,6 @@ def training_subset(train: Split, subset: int, seed: int) -> Split:
         return train
     keep = torch.randperm(len(train.labels), generator=generator("cpu", seed, -1))[:subset]
     return Split(train.images[keep], train.labels[keep])
-
-
-def channel_stats(images: torch.Tensor) -> tuple:
-    """Per-channel mean and std of uint8 images, on the [0, 1] scale: two [3] tensors."""
-    x = images.double().div_(255).transpose(0, 1).reshape(3, -1)
-    return x.mean(1).float(), x.std(1).float()
-
-
-def generator(device, *keys: int) -> torch.Generator:
-    """A generator seeded by a tuple of integers: (seed, epoch, batch) gives every batch its own."""
-    seed = int(hashlib.sha256(repr(keys).encode()).hexdigest()[:15], 16)
-    return torch.Generator(device=device).manual_seed(seed)
-
-
-def augment(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Random crop of the original size from the zero-padded image, then a random horizontal
-    flip, for a whole uint8 batch [B, 3, H, W] at once."""
-    B, C, H, W = images.shape
-    padded = F.pad(images, (pad, pad, pad, pad))
-    offset = torch.randint(0, 2 * pad + 1, (2, B, 1), generator=g, device=images.device)
-    flip = torch.rand(B, 1, generator=g, device=images.device) < 0.5
-    cols = torch.arange(W, device=images.device)
-    rows = torch.arange(H, device=images.device)[None, :] + offset[0]  # [B, H]
-    cols = torch.where(flip, W - 1 - cols, cols) + offset[1]  # [B, W], mirrored where flipped
-    b = torch.arange(B, device=images.device)[:, None, None]
-    return padded.permute(0, 2, 3, 1)[b, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
-
-
-class Batches:
-    """Mini-batches of a Split held on `device`: shuffled, augmented and normalized per batch.
-
-    With `shard=(rank, world)` each process of a distributed run takes every world-th image
-    of the shared order. Iterate with `epoch(e, start=b)` to begin at batch b."""
-
-    def __init__(self, split: Split, batch_size: int, mean, std, train: bool, seed: int = 0,
-                 device="cpu", shard=(0, 1)):
-        self.split = split.to(device)
-        self.batch_size, self.train, self.seed, self.device, self.shard = batch_size, train, seed, device, shard
-        self.mean = torch.as_tensor(mean, device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.as_tensor(std, device=device).view(1, 3, 1, 1) * 255
-        rank, world = shard
-        # training: every process the same number of images, the ragged end of the shared order
-        # dropped; evaluation: every image exactly once, whatever the number of processes
-        self.size = len(split.labels) // world if train else len(range(rank, len(split.labels), world))
-        self.steps = self.size // batch_size if train else -(-self.size // batch_size)
-
-    def __len__(self):
-        return self.steps
-
-    def order(self, epoch: int) -> torch.Tensor:
-        n = len(self.split.labels)
-        if not self.train:
-            index = torch.arange(n, device=self.device)
-        else:
-            index = torch.randperm(n, generator=generator("cpu", self.seed, epoch)).to(self.device)
-        rank, world = self.shard
-        return index[rank:self.size * world:world] if self.train else index[rank::world]
-
-    def epoch(self, epoch: int, start: int = 0):
-        index = self.order(epoch)
-        for b in range(start, self.steps):
-            idx = index[b * self.batch_size:(b + 1) * self.batch_size]
-            images = self.split.images[idx]
-            if self.train:
-                images = augment(images, generator(self.device, self.seed, epoch, b, self.shard[0]))
-            yield (images.float() - self.mean) / self.std, self.split.labels[idx]
 
 
 def save_grid(split: Split, path: Path, names=CLASSES, per_class: int = 8):

@@ -725,8 +725,9 @@ PROJECT_DATA = Path(__file__).resolve().parent / "data"  # train.py's default --
 SHARED_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"  # a JPEG copy beside the project, if any
 
 
-def write_archive(path: Path, n: int = 20) -> str:
-    """A small archive in the official format (pickled dicts in cifar-10-batches-py/); its md5."""
+def write_archive(path: Path, n: int = 20, unsafe: str = "") -> str:
+    """A small archive in the official format (pickled dicts in cifar-10-batches-py/); its md5.
+    `unsafe`: with one more member, a file whose path leaves the folder ("outside") or a link."""
     g = torch.Generator().manual_seed(0)
     with tarfile.open(path, "w:gz") as tar:
         for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
@@ -736,6 +737,14 @@ def write_archive(path: Path, n: int = 20) -> str:
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
             info.size = len(blob)
             tar.addfile(info, io.BytesIO(blob))
+        if unsafe == "outside":
+            info = tarfile.TarInfo("cifar-10-batches-py/../../escaped")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        elif unsafe == "link":
+            info = tarfile.TarInfo("cifar-10-batches-py/passwd")
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
@@ -759,6 +768,32 @@ def test_md5_mismatch_and_truncated_archive_are_refused_and_never_half_used(tmp_
         data_lib.load_cifar10(tmp_path, md5=hashlib.md5(archive.read_bytes()).hexdigest())
     assert not (tmp_path / data_lib.FOLDER).exists()
     assert [p.name for p in tmp_path.iterdir()] == [data_lib.ARCHIVE]
+
+
+@pytest.mark.parametrize("python", ["with the data filter", "before 3.10.12, 3.11.4, 3.12"])
+def test_an_archive_extracts_plain_files_inside_its_folder_only_on_any_python(tmp_path, monkeypatch, python):
+    """tarfile's data filter exists from Python 3.10.12, 3.11.4 and 3.12; an earlier release has no
+    `filter` argument (a TypeError): there data.py's own check of every member stands alone."""
+    if python.startswith("before"):
+        real = tarfile.TarFile.extractall
+
+        def extractall(self, path=".", members=None, *, numeric_owner=False, **unknown):
+            if unknown:
+                raise TypeError(f"extractall() got an unexpected keyword argument {next(iter(unknown))!r}")
+            return real(self, path, members, numeric_owner=numeric_owner, filter="fully_trusted")  # as it was
+
+        monkeypatch.delattr(tarfile, "data_filter")
+        monkeypatch.setattr(tarfile.TarFile, "extractall", extractall)
+    (tmp_path / "good").mkdir()
+    md5 = write_archive(tmp_path / "good" / data_lib.ARCHIVE)
+    assert len(data_lib.load_cifar10(tmp_path / "good", md5=md5)[0].labels) == 100
+    for unsafe in ("outside", "link"):
+        folder = tmp_path / unsafe / "data"
+        folder.mkdir(parents=True)
+        md5 = write_archive(folder / data_lib.ARCHIVE, unsafe=unsafe)
+        with pytest.raises(data_lib.DataError, match="a link or a path outside its folder: not the CIFAR-10"):
+            data_lib.load_cifar10(folder, md5=md5)
+        assert [p.name for p in folder.parent.rglob("*")] == ["data", data_lib.ARCHIVE]  # nothing extracted
 
 
 def test_corrupt_batch_file_is_named(tmp_path):
