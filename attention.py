@@ -24,7 +24,9 @@ Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_va
 the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
 
 Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, the
-layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities.
+layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities. Below the
+first `# ----` line, skipped on a first reading: the same layer in fewer operations (what
+train.py runs), an MLP encoding of ours and the checks of a layer's arguments.
 """
 import math
 
@@ -57,15 +59,16 @@ def shift_table(H: int, W: int) -> torch.Tensor:
 
 
 class Quadratic(nn.Module):
-    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and width alpha per head.
+    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head:
+    an inverse width, the larger alpha the narrower the head.
 
     alpha = min_alpha + sqrt_2alpha^2 / 2, positive by construction (the authors' code: alpha =
     s^2 / 2, s = 1 + 0.01 N(0, 1), so alpha starts near 0.5). `min_alpha` (default 0, a buffer
     saved with the weights) is a floor of ours: a head cannot widen past it."""
 
     separable = True  # the logits are a row term plus a column term
-    undecayed = ("centers", "sqrt_2alpha")  # the authors' code: no weight decay on centers and widths
-    spread = ("sqrt_2alpha",)
+    undecayed = ("centers", "sqrt_2alpha")  # the authors' code: no weight decay on centers and alpha
+    spread = ("sqrt_2alpha",)  # what sets how far a head spreads (train.py's --spread-hold)
 
     def __init__(self, heads: int, center_std: float = 2.0, min_alpha: float = 0.0):
         super().__init__()
@@ -78,9 +81,9 @@ class Quadratic(nn.Module):
         return self.min_alpha + self.sqrt_2alpha**2 / 2
 
     @alpha.setter
-    def alpha(self, value):
+    def alpha(self, value):  # a number, or one a head
         with torch.no_grad():
-            root = (2 * (torch.as_tensor(value) - self.min_alpha)).clamp(min=0).sqrt()
+            root = (2 * (torch.as_tensor(value, device=self.min_alpha.device) - self.min_alpha)).clamp(min=0).sqrt()
             self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]
@@ -96,8 +99,8 @@ class Gaussian(nn.Module):
     """Eq. 16: logit = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta), Sigma^-1 = S S^T (A.1)."""
 
     separable = False  # the cross term of Sigma^-1 couples rows and columns
-    undecayed = ("centers", "inv_cov_sqrt")  # the authors' code: no weight decay on centers and spreads
-    spread = ("inv_cov_sqrt",)
+    undecayed = ("centers", "inv_cov_sqrt")  # the authors' code: no weight decay on centers and Sigma^-1/2
+    spread = ("inv_cov_sqrt",)  # what sets how far a head spreads: Sigma^-1/2, an inverse width
 
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
@@ -156,25 +159,6 @@ class RowColumn(nn.Module):
         return self.axis_logits(delta[..., 0], 0) + self.axis_logits(delta[..., 1], 1)
 
 
-class ShiftMLP(nn.Module):
-    """Beyond the paper (a question of its reviewer): logits are a learned smooth function of the
-    shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
-    enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
-    to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
-    fitting one took 12-20x more SGD steps (lab/RESULTS.md)."""
-
-    separable = False
-    undecayed = ()
-
-    def __init__(self, heads: int, hidden: int = 64):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, hidden),
-                                 nn.GELU(), nn.Linear(hidden, heads))
-
-    def logits(self, delta):  # delta [..., 2] in pixels -> [heads, ...]
-        return self.net(delta).movedim(-1, 0)
-
-
 def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: float = 2.0,
                   min_alpha: float = 0.0) -> nn.Module:
     """An encoding by name. Centers (quadratic, gaussian) start at N(0, center_std^2 I): the
@@ -185,7 +169,7 @@ def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: floa
         raise ValueError(f"min_alpha is a floor of the quadratic encoding's alpha; {name} has no alpha")
     if name in ("learned", "sinusoidal"):
         return RowColumn(heads, grid, dim, learned=name == "learned")
-    if name == "mlp":
+    if name == "mlp":  # ours (below the line)
         return ShiftMLP(heads)
     if name == "gaussian":
         return Gaussian(heads, center_std)
@@ -211,7 +195,7 @@ class SelfAttention2d(nn.Module):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.dim, self.heads, self.content = dim, heads, content
-        self.grid = self._check_grid(grid)
+        self.grid = check_grid(grid)
         self.encoding = make_encoding(encoding, heads, self.grid, dim, center_std, min_alpha)
         self.encoding_name = encoding
         if content:  # eq. 8, first term: x_q W_qry W_key^T x_k / sqrt(D_k)
@@ -224,8 +208,8 @@ class SelfAttention2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eq. 4, MHSA(X) = concat_h [P_h X W_val^(h)] W_out + b_out, with each head's W_val^(h)
         folded into its block of W_out as in eq. 11 (W^(h)); per output pixel, eq. 12."""
-        B, H, W, D = self._check_input(x).shape
-        # Dropout on P draws one mask a forward: position-only probabilities are shared by every
+        B, H, W, D = check_input(self, x).shape
+        # Dropout on P draws one mask per forward: position-only probabilities are shared by every
         # image of the batch, and so is their mask (as in the authors' code).
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
         P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T]: position-only heads are the same for every image
@@ -239,7 +223,7 @@ class SelfAttention2d(nn.Module):
         if self.content:
             if x is None:
                 raise ValueError("content=True: attention_probs needs the input x")
-            logits = logits + self.content_logits(self._check_input(x).flatten(1, 2))  # [B, heads, T, T]
+            logits = logits + self.content_logits(check_input(self, x).flatten(1, 2))  # [B, heads, T, T]
         return logits.softmax(-1)  # each query's row sums to 1
 
     def position_logits(self) -> torch.Tensor:
@@ -253,26 +237,6 @@ class SelfAttention2d(nn.Module):
         q = self.W_qry(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)  # [B, heads, T, D_k]
         k = self.W_key(x).view(B, T, self.heads, self.key_dim).transpose(1, 2)  # [B, heads, T, D_k]
         return q @ k.transpose(-1, -2) / math.sqrt(self.key_dim)  # [B, heads, T, T]
-
-    @staticmethod
-    def _check_grid(grid):
-        if (not isinstance(grid, (tuple, list)) or len(grid) != 2
-                or not all(isinstance(n, int) and n >= 1 for n in grid)):
-            raise ValueError(f"grid must be two positive integers (H, W), got {grid!r}")
-        return tuple(grid)
-
-    def _check_input(self, x):
-        if x.dim() != 4 or tuple(x.shape[1:3]) != self.grid or x.shape[3] != self.dim:
-            raise ValueError(f"expected input [B, {self.grid[0]}, {self.grid[1]}, {self.dim}], "
-                             f"got {list(x.shape)}")
-        return x
-
-    def set_grid(self, grid: tuple):
-        """Move the layer to another grid size: possible when no parameter depends on it."""
-        grid = self._check_grid(grid)
-        if self.encoding_name in ("learned", "sinusoidal") and grid != self.grid:
-            raise ValueError(f"{self.encoding_name} tables are sized for grid {self.grid}, not {grid}")
-        self.grid = grid
 
 
 # ---- the same layer in fewer operations (skip on first reading) ------------------------------
@@ -297,14 +261,14 @@ class FastSelfAttention2d(SelfAttention2d):
     def forward(self, x):  # eq. 12 for position-only heads: [B, H, W, D] -> [B, H, W, out_dim]
         if self.content:
             return super().forward(x)
-        B, H, W, D = self._check_input(x).shape
+        B, H, W, D = check_input(self, x).shape
         device = x.device.type  # (autocast exists on cpu, cuda, mps; not on meta, where tests check devices)
         autocast = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
         if autocast:  # cast x once, not once per head
             x = x.to(torch.get_autocast_dtype(device))
         if not self.factorized:  # every head's T x T probabilities, all heads in one product
             P = self.dropout(self.attention_probs())  # [heads, T, T], one dropout mask for the batch
-            if autocast:  # cast P once a layer: cast inside a product, each head's P was copied per image
+            if autocast:  # cast P once per layer: cast inside a product, each head's P was copied per image
                 P = P.to(x.dtype)
             T = H * W
             y = P @ x.reshape(B, T, D).transpose(0, 1).reshape(T, B * D)  # [heads, T, B * D]: P_h X, every image
@@ -353,6 +317,50 @@ class FastSelfAttention2d(SelfAttention2d):
         W = p_col.shape[0]
         y = torch.bmm(p_row.expand(B, H, H), x_rows).view(B * H, W, -1)  # mix along rows
         return torch.bmm(p_col.expand(B * H, W, W), y)  # then along columns
+
+
+# ---- ours, beyond the paper, and the checks of the layer's arguments -------------------------
+
+class ShiftMLP(nn.Module):
+    """Beyond the paper (a question of its reviewer): logits are a learned smooth function of the
+    shift, one small MLP per layer shared by its heads, instead of a lookup table. The shift
+    enters in pixels, the unit of the quadratic's distance and of the tables' index: scaled
+    to [-1, 1] on a 16 x 16 grid, a one-pixel head needs 15x larger first-layer weights, and
+    fitting one took 12-20x more SGD steps (lab/RESULTS.md)."""
+
+    separable = False
+    undecayed = ()
+
+    def __init__(self, heads: int, hidden: int = 64):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                                 nn.GELU(), nn.Linear(hidden, heads))
+
+    def logits(self, delta):  # delta [..., 2] in pixels -> [heads, ...]
+        return self.net(delta).movedim(-1, 0)
+
+
+def check_grid(grid) -> tuple:
+    if (not isinstance(grid, (tuple, list)) or len(grid) != 2
+            or not all(isinstance(n, int) and n >= 1 for n in grid)):
+        raise ValueError(f"grid must be two positive integers (H, W), got {grid!r}")
+    return tuple(grid)
+
+
+def check_input(layer: SelfAttention2d, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 4 or tuple(x.shape[1:3]) != layer.grid or x.shape[3] != layer.dim:
+        raise ValueError(f"expected input [B, {layer.grid[0]}, {layer.grid[1]}, {layer.dim}], "
+                         f"got {list(x.shape)}")
+    return x
+
+
+def set_grid(layer: SelfAttention2d, grid: tuple):
+    """Move a layer to another grid size: possible when no parameter depends on it (prove.py's
+    construction pads its input)."""
+    grid = check_grid(grid)
+    if layer.encoding_name in ("learned", "sinusoidal") and grid != layer.grid:
+        raise ValueError(f"{layer.encoding_name} tables are sized for grid {layer.grid}, not {grid}")
+    layer.grid = grid
 
 
 def main():

@@ -4,27 +4,27 @@
 
 What it prints: the largest |MHSA(X) - conv2d(X)| in float64 falls from 0.1-2 at alpha 0.5
 to 1e-4 at alpha 10 and to float64 round-off (2e-16 to 1e-15) from alpha 40 on; the converse
-holds to 1e-16 for every encoding; the learnability demo's heads end 0.3-0.7 px from 8 of
-the 9 shifts.
+holds to float64 round-off for every encoding; the learnability demo's heads end 0.3-0.7 px
+from 8 of the 9 shifts. The photo is 32 x 32, CIFAR-10's size: at 48 x 48 the paper's dense
+layer of 25 heads took the script to 12-14 GB of memory (at 32 x 32, under 3 GB), for numbers
+a little different and the same fall.
 
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
-layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9) with
-width alpha, and its value map W^(h) is the kernel slice at that shift (eq. 11). As alpha
-grows each head's softmax tends to a one-hot on its shift (Lemma 2), so MHSA(X) -> Conv(X)
-(Lemma 1, eq. 13); the error falls like exp(-alpha) until float round-off.
+layer of K^2 quadratic heads: head h is centred on the kernel shift Delta^(h) (eq. 9), its
+alpha (an inverse width) the same for all, and its value map W^(h) is the kernel slice at
+that shift (eq. 11). As alpha grows each head's softmax tends to a one-hot on its shift
+(Lemma 2), so MHSA(X) -> Conv(X) (Lemma 1, eq. 13); the error falls like exp(-alpha) until
+float round-off.
 
 Borders, which the paper does not discuss: the convolution pads with zeros, so the keys
 are the input padded with K//2 rings of zero tokens; outputs are kept for the original
 pixels only. Without this a border head would attend to the nearest pixel inside the image.
 
-The converse (`attention_to_conv`): every position-only layer, of any encoding, is a sum of
-normalized convolutions with full-image kernels, one per head. measures.py uses it to say
-how close a trained layer is to Lemma 1's construction.
-
 Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, where
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
 move toward the 3 x 3 grid of shifts (ours, not the paper's: `python prove.py` prints how
-close each ends; in 1,000 steps they stop a third to two thirds of a pixel short).
+close each ends; in 1,000 steps they stop a third to two thirds of a pixel short). Below the
+`# ----` line: the converse, the figure and the command line.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import ENCODINGS, SelfAttention2d, kernel_shifts, shift_table
+from attention import ENCODINGS, SelfAttention2d, kernel_shifts, set_grid, shift_table
 from measures import measures
 from runtime import fast_cpu_process, option, parse_flags
 
@@ -49,8 +49,8 @@ class ConvAsAttention(nn.Module):
         self.attention = SelfAttention2d(c_in, heads=kh * kw, grid=(kh, kw), out_dim=c_out)
         rows = torch.arange(kh) - kh // 2
         cols = torch.arange(kw) - kw // 2
-        with torch.no_grad():
-            self.attention.encoding.centers.copy_(torch.cartesian_prod(rows, cols))  # f(h) of Lemma 1
+        with torch.no_grad():  # Delta^(h) = k - q: eq. 10's f(h) = q - k with its sign flipped (attention.py)
+            self.attention.encoding.centers.copy_(torch.cartesian_prod(rows, cols))
         self.attention.encoding.alpha = alpha
 
     def forward(self, x):
@@ -59,7 +59,7 @@ class ConvAsAttention(nn.Module):
         B, C, H, W = x.shape
         ph, pw = self.kernel[0] // 2, self.kernel[1] // 2
         keys = F.pad(x, (pw, pw, ph, ph)).permute(0, 2, 3, 1)  # zero tokens around the image
-        self.attention.set_grid(tuple(keys.shape[1:3]))
+        set_grid(self.attention, tuple(keys.shape[1:3]))
         y = self.attention(keys)[:, ph:ph + H, pw:pw + W]  # [B, H, W, C_out]
         y = y.permute(0, 3, 1, 2)
         return y[:, :, 0] if self.one_d else y
@@ -68,7 +68,8 @@ class ConvAsAttention(nn.Module):
 def conv_to_attention(conv: nn.Module, alpha: float) -> ConvAsAttention:
     """The self-attention layer of Theorem 1 for `conv` (nn.Conv2d, or nn.Conv1d for the 1-D case).
 
-    Head h gets the shift f(h) of the kernel (row-major) and W^(h) = conv.weight[:, :, f(h)]^T.
+    Head h gets the kernel's h-th shift Delta^(h) = k - q (row-major; -f(h) of eq. 10) and
+    W^(h) = conv.weight[:, :, Delta^(h) + K//2]^T.
     """
     if not isinstance(conv, (nn.Conv1d, nn.Conv2d)):
         raise TypeError(f"expected nn.Conv2d or nn.Conv1d, got {type(conv).__name__}")
@@ -92,6 +93,83 @@ def conv_to_attention(conv: nn.Module, alpha: float) -> ConvAsAttention:
         layer.attention.W_out.bias.copy_(bias)
     return layer.to(conv.weight.device, conv.weight.dtype)
 
+
+@dataclass
+class Config:
+    alphas: list = option([0.5, 1, 2, 5, 10, 20, 40, 80], "alphas of the error table", nargs="+", type=float)
+    steps: int = option(1000, "gradient steps of the learnability demo")
+    lr: float = option(0.1, "peak learning rate of the demo's one-cycle Adam schedule")
+    seed: int = option(0, "the one seed")
+    out: str = option("runs/prove", "folder for the learnability figure")
+
+
+def photo(size: int = 32) -> torch.Tensor:
+    """Grace Hopper, the sample photograph shipped with matplotlib, as [1, 3, size, size] in [0, 1]."""
+    import matplotlib.cbook as cbook
+    import matplotlib.image as mpimg
+
+    with cbook.get_sample_data("grace_hopper.jpg") as f:
+        img = torch.from_numpy(np.asarray(mpimg.imread(f, format="jpg"), dtype=np.float32) / 255)
+    img = img.permute(2, 0, 1)[None]
+    return F.adaptive_avg_pool2d(img, size)
+
+
+def error_table(cfg: Config):
+    """max |MHSA(X) - conv2d(X)| against alpha, in float64 so that round-off is ~1e-15."""
+    inputs = {"photo 32x32": photo().double(), "random 20x24": torch.randn(2, 4, 20, 24).double()}
+    print("Theorem 1: max |MHSA(X) - conv2d(X)| for a random conv (float64)")
+    print(f"{'input':<14}{'K':>3}" + "".join(f"{'a=' + str(a):>10}" for a in cfg.alphas))
+    for name, x in inputs.items():
+        for K in (3, 5):
+            conv = nn.Conv2d(x.shape[1], 6, K, padding=K // 2).double()
+            errors = [(conv_to_attention(conv, a)(x) - conv(x)).abs().max().item() for a in cfg.alphas]
+            print(f"{name:<14}{K:>3}" + "".join(f"{e:>10.1e}" for e in errors))
+    x = torch.randn(2, 4, 40).double()
+    print("1-D case (remark after Theorem 1): K heads, D_p = 2, against conv1d")
+    for K in (3, 5):
+        conv = nn.Conv1d(4, 6, K, padding=K // 2).double()
+        errors = [(conv_to_attention(conv, a)(x) - conv(x)).abs().max().item() for a in cfg.alphas]
+        print(f"{'random L=40':<14}{K:>3}" + "".join(f"{e:>10.1e}" for e in errors))
+
+
+def learnability(cfg: Config):
+    """Fit a 9-head quadratic layer (random centers, free alpha and W) to a random 3x3 conv."""
+    target = nn.Conv2d(8, 8, 3, padding=1)
+    model = conv_to_attention(nn.Conv2d(8, 8, 3, padding=1), alpha=1.0)  # W random, like a new conv
+    with torch.no_grad():
+        model.attention.encoding.centers.normal_(0, 2)  # as the authors' code draws them (the paper writes N(0, 2I))
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, cfg.lr, total_steps=cfg.steps)
+    path = [model.attention.encoding.centers.detach().clone()]
+    for step in range(cfg.steps):
+        x = torch.randn(16, 8, 12, 12)
+        loss = F.mse_loss(model(x), target(x).detach())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        path.append(model.attention.encoding.centers.detach().clone())
+    path = torch.stack(path)  # [steps + 1, heads, 2]
+    grid = kernel_shifts(9)
+    distance = torch.cdist(path[-1], grid)  # [heads, 9]
+    nearest = distance.argmin(1)
+    print(f"Learnability: 9 heads fitted to a random 3x3 conv, {cfg.steps} Adam steps, final MSE {loss.item():.2e}")
+    print("head  start center      final center      nearest shift  distance  alpha")
+    alpha = model.attention.encoding.alpha.detach()
+    for h in range(9):
+        s, f, g = path[0, h].tolist(), path[-1, h].tolist(), grid[nearest[h]].int().tolist()
+        print(f"{h:>4}  ({s[0]:+.2f}, {s[1]:+.2f})  ->  ({f[0]:+.3f}, {f[1]:+.3f})  ({g[0]:+d}, {g[1]:+d})"
+              f"{distance[h, nearest[h]].item():>15.3f}{alpha[h].item():>7.1f}")
+    print(f"distinct nearest shifts: {len(set(nearest.tolist()))} of 9. Overlapping heads of finite alpha "
+          "also span the 3x3 shifts, so a close fit does not need Lemma 1's one-hot heads; "
+          "reaching them takes alpha -> infinity, where the gradient vanishes.")
+    return path
+
+
+# ---- the converse: a position-only layer is a sum of normalized convolutions -----------------
+# Every position-only layer, of any encoding, is a sum of normalized convolutions with
+# full-image kernels, one per head. measures.py uses it to say how close a trained layer is to
+# Lemma 1's construction.
 
 class AttentionAsConv(nn.Module):
     """The converse of Theorem 1: a position-only layer (content=False, any encoding) computed
@@ -134,44 +212,6 @@ def attention_to_conv(layer: SelfAttention2d) -> AttentionAsConv:
     return AttentionAsConv(layer)
 
 
-@dataclass
-class Config:
-    alphas: list = option([0.5, 1, 2, 5, 10, 20, 40, 80], "alphas of the error table", nargs="+", type=float)
-    steps: int = option(1000, "gradient steps of the learnability demo")
-    lr: float = option(0.1, "peak learning rate of the demo's one-cycle Adam schedule")
-    seed: int = option(0, "the one seed")
-    out: str = option("runs/prove", "folder for the learnability figure")
-
-
-def photo(size: int = 48) -> torch.Tensor:
-    """Grace Hopper, the sample photograph shipped with matplotlib, as [1, 3, size, size] in [0, 1]."""
-    import matplotlib.cbook as cbook
-    import matplotlib.image as mpimg
-
-    with cbook.get_sample_data("grace_hopper.jpg") as f:
-        img = torch.from_numpy(np.asarray(mpimg.imread(f, format="jpg"), dtype=np.float32) / 255)
-    img = img.permute(2, 0, 1)[None]
-    return F.adaptive_avg_pool2d(img, size)
-
-
-def error_table(cfg: Config):
-    """max |MHSA(X) - conv2d(X)| against alpha, in float64 so that round-off is ~1e-15."""
-    inputs = {"photo 48x48": photo().double(), "random 20x24": torch.randn(2, 4, 20, 24).double()}
-    print("Theorem 1: max |MHSA(X) - conv2d(X)| for a random conv (float64)")
-    print(f"{'input':<14}{'K':>3}" + "".join(f"{'a=' + str(a):>10}" for a in cfg.alphas))
-    for name, x in inputs.items():
-        for K in (3, 5):
-            conv = nn.Conv2d(x.shape[1], 6, K, padding=K // 2).double()
-            errors = [(conv_to_attention(conv, a)(x) - conv(x)).abs().max().item() for a in cfg.alphas]
-            print(f"{name:<14}{K:>3}" + "".join(f"{e:>10.1e}" for e in errors))
-    x = torch.randn(2, 4, 40).double()
-    print("1-D case (remark after Theorem 1): K heads, D_p = 2, against conv1d")
-    for K in (3, 5):
-        conv = nn.Conv1d(4, 6, K, padding=K // 2).double()
-        errors = [(conv_to_attention(conv, a)(x) - conv(x)).abs().max().item() for a in cfg.alphas]
-        print(f"{'random L=40':<14}{K:>3}" + "".join(f"{e:>10.1e}" for e in errors))
-
-
 def converse_table():
     """max |layer(X) - its convolutions(X)| for a random layer of every encoding (float64)."""
     print("Converse: a position-only layer as normalized convolutions, max |MHSA(X) - convs(X)| (float64)")
@@ -186,39 +226,7 @@ def measures_text(layer) -> str:
     return ", ".join(f"{k} {v:.3g}" for k, v in measures(layer).items())
 
 
-def learnability(cfg: Config):
-    """Fit a 9-head quadratic layer (random centers, free alpha and W) to a random 3x3 conv."""
-    target = nn.Conv2d(8, 8, 3, padding=1)
-    model = conv_to_attention(nn.Conv2d(8, 8, 3, padding=1), alpha=1.0)  # W random, like a new conv
-    with torch.no_grad():
-        model.attention.encoding.centers.normal_(0, 2)  # as the authors' code draws them (the paper writes N(0, 2I))
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, cfg.lr, total_steps=cfg.steps)
-    path = [model.attention.encoding.centers.detach().clone()]
-    for step in range(cfg.steps):
-        x = torch.randn(16, 8, 12, 12)
-        loss = F.mse_loss(model(x), target(x).detach())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        path.append(model.attention.encoding.centers.detach().clone())
-    path = torch.stack(path)  # [steps + 1, heads, 2]
-    grid = kernel_shifts(9)
-    distance = torch.cdist(path[-1], grid)  # [heads, 9]
-    nearest = distance.argmin(1)
-    print(f"Learnability: 9 heads fitted to a random 3x3 conv, {cfg.steps} Adam steps, final MSE {loss.item():.2e}")
-    print("head  start center      final center      nearest shift  distance  alpha")
-    alpha = model.attention.encoding.alpha.detach()
-    for h in range(9):
-        s, f, g = path[0, h].tolist(), path[-1, h].tolist(), grid[nearest[h]].int().tolist()
-        print(f"{h:>4}  ({s[0]:+.2f}, {s[1]:+.2f})  ->  ({f[0]:+.3f}, {f[1]:+.3f})  ({g[0]:+d}, {g[1]:+d})"
-              f"{distance[h, nearest[h]].item():>15.3f}{alpha[h].item():>7.1f}")
-    print(f"distinct nearest shifts: {len(set(nearest.tolist()))} of 9. Overlapping heads of finite alpha "
-          "also span the 3x3 shifts, so a close fit does not need Lemma 1's one-hot heads; "
-          "reaching them takes alpha -> infinity, where the gradient vanishes.")
-    return path
-
+# ---- the figure and the command line ----------------------------------------------------------
 
 def plot_paths(path: torch.Tensor, out: Path) -> Path:
     import matplotlib

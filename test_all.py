@@ -296,7 +296,7 @@ def test_locality_is_the_kernel_energy_near_the_query():
 def test_a_convolution_built_by_theorem_1_is_local_and_covers_its_grid():
     torch.manual_seed(0)
     layer = prove.conv_to_attention(nn.Conv2d(4, 5, 3, padding=1), alpha=50.0).attention
-    layer.set_grid((9, 9))
+    attention.set_grid(layer, (9, 9))
     found = measures.measures(layer)
     assert 0 < found.pop("overlap") < 0.05  # shared keys only at the border, where off-grid shifts fall inside
     assert found.pop("distance") == pytest.approx((4 * 1 + 4 * 2**0.5) / 9)  # 4 sides, 4 corners, the query
@@ -331,7 +331,7 @@ NEAR = ("one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3", "inside_5
 
 def test_around_the_query_counts_one_pixel_heads_by_ring_and_side():
     layer = prove.conv_to_attention(nn.Conv2d(2, 2, 3, padding=1), alpha=50.0).attention
-    layer.set_grid((9, 9))
+    attention.set_grid(layer, (9, 9))
     with torch.no_grad():  # several heads on one pixel, one two pixels away, one between pixels
         layer.encoding.centers.copy_(torch.tensor([[-1, 0], [-1, 1], [0, 1], [0, 1], [-2, 2], [-1, 0],
                                                    [0, 1], [-1, 1], [-0.5, 0.5]]))
@@ -563,7 +563,7 @@ def test_input_of_wrong_grid_or_dim_is_refused():
     with pytest.raises(ValueError, match="expected input"):
         layer(torch.randn(2, 4, 5, 7))
     with pytest.raises(ValueError, match="learned tables are sized for grid"):
-        SelfAttention2d(8, 4, (4, 5), "learned").set_grid((6, 6))
+        attention.set_grid(SelfAttention2d(8, 4, (4, 5), "learned"), (6, 6))
 
 
 def test_non_square_heads_refused_for_a_kernel():
@@ -616,6 +616,10 @@ def test_every_layer_runs_forward_and_backward_on_a_non_cpu_device(encoding, con
     if not content:
         assert measures.central_probs(layer).device.type == "meta"
         assert measures.head_overlap(layer).device.type == "meta"
+    if encoding == "quadratic":  # alpha set from a number, or from one a head made on the CPU (a snapshot's)
+        layer.encoding.alpha = 2.0
+        snapshot = {"centers": [[0.0, 1.0]] * 4, "alpha": [3.0] * 4}
+        assert measures.layer_at(layer, snapshot).encoding.alpha.device.type == "meta"
 
 
 def test_flop_counts_and_a_training_epoch_run_on_a_non_cpu_device():
