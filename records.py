@@ -3,7 +3,7 @@
 A run folder holds config.json (the flags, the data's name and checksum, and `environment`:
 commit, whether the tree had uncommitted changes, torch, device, the CPU with its
 matrix-unit class and any cap set on PyTorch's instructions; a resumed run keeps each
-earlier part's in `earlier_parts`), metrics.jsonl (a line an epoch, with each attention
+earlier part's in `earlier_parts`), metrics.jsonl (one line per epoch, with each attention
 layer's measures), heads.jsonl (the heads per epoch, Figs. 2 and 5), steps.jsonl (with
 --log-every: the measures and heads every few steps, and at step 0) and checkpoint.pt
 (train.save_checkpoint: everything `--resume` needs to continue exactly).
@@ -27,7 +27,7 @@ from torch import nn
 import data as data_lib
 from measures import central_probs, layer_measures
 from model import model_from_config
-from runtime import Progress, TrainingError
+from runtime import Progress
 
 # ---- run folders and checkpoints --------------------------------------------------------------
 
@@ -133,15 +133,17 @@ def keep_lines(path: Path, last: int, key: str = "epoch"):
 
 
 class Run:
-    """Where a training run stands, and its records and progress. train.py reads and the
-    checkpoint saves `epoch` (epochs done), `step` (batches done in this epoch: where a resume
-    restarts), `history` (a record an epoch), `seconds` (this epoch's training time so far).
-    Its first process writes config.json, the .jsonl logs and the lines on stdout and stderr."""
+    """Where a training run stands, and what it writes. The checkpoint saves `epoch` (epochs
+    done), `step` (batches done in this epoch, counted by train.py's loop: where a resume
+    restarts), `history` (one record per epoch) and `seconds` (this epoch's training time so
+    far). Its first process writes config.json, the .jsonl logs and the lines on stdout and
+    stderr."""
 
     def __init__(self, out: Path, cfg, model, device, world: int, writer: bool, steps_per_epoch: int, reason: str):
         self.out, self.cfg, self.model, self.device, self.world, self.writer = out, cfg, model, device, world, writer
         self.steps_per_epoch, self.reason = steps_per_epoch, reason
         self.epoch, self.step, self.history, self.seconds = 0, 0, [], 0.0
+        self.epoch_started = self.step_started = 0.0  # wall-clock times (start_epoch, log_step)
 
     @property
     def global_step(self) -> int:
@@ -176,50 +178,30 @@ class Run:
               f"{sum(p.numel() for p in self.model.parameters()):,} parameters, {self.device}"
               f", {self.reason}, {self.world} process(es) -> {self.out}", flush=True)
         print("SGD groups: " + "; ".join(f"{sum(p.numel() for p in g['params']):,} parameters at lr {g['initial_lr']:g}, "
-                                         f"weight decay {g['weight_decay']:g}" + (" (the spreads)" if g["spread"] else "")
+                                         f"weight decay {g['weight_decay']:g}"
+                                         + (" (the spreads: alpha or Sigma^-1/2)" if g["spread"] else "")
                                          for g in optimizer.param_groups), flush=True)
 
-    def steps(self, batches, stop, sums: torch.Tensor):
-        """The epoch's training batches, each step counted, timed and logged after it (progress,
-        a finite loss, steps.jsonl); ends early at a batch boundary once every process agrees on a
-        stop signal (stop.signum). `sums`: the epoch's running loss sum, correct and images."""
+    def start_epoch(self):
+        """Start the epoch's clock where its saved training time left it."""
         self.epoch_started = time.time() - self.seconds
-        step_started = None
-        for batch in batches:
-            if step_started is not None:
-                self.after_step(time.time() - step_started, sums)
-            if stop.requested():
-                self.seconds = time.time() - self.epoch_started
-                return
-            step_started = time.time()
-            yield batch
-        if step_started is not None:
-            self.after_step(time.time() - step_started, sums)
-        self.progress.end_epoch()
-        self.seconds = time.time() - self.epoch_started
+        self.step_started = time.time()
 
-    def after_step(self, seconds: float, sums: torch.Tensor):
-        self.step += 1
-        if self.step % 50 == 0:
-            self.check_finite(sums[0])
+    def log_step(self, sums: torch.Tensor):
+        """After a step: its time and the running loss to the progress line (stderr), and every
+        --log-every steps the layers' measures and heads to steps.jsonl. `sums`: the epoch's
+        running loss sum, correct predictions and images."""
+        now = time.time()
+        seconds, self.step_started, self.seconds = now - self.step_started, now, now - self.epoch_started
         if self.writer and self.cfg.log_every and self.global_step % self.cfg.log_every == 0:
             loss = sums[0].item() / sums[2].item()  # this epoch's so far
             append_jsonl(self.out / "steps.jsonl", step_record(self.model, self.global_step, loss))
         self.progress.step(seconds, self.global_step, lambda: f"loss {sums[0].item() / sums[2].item():.3f}")
 
-    def check_finite(self, loss_sum: torch.Tensor):
-        if not torch.isfinite(loss_sum):
-            raise TrainingError(f"the training loss became {loss_sum.item()} in epoch {self.epoch + 1}; "
-                                f"the last good checkpoint (epoch {self.epoch}) is kept in {self.out}")
-
-    def end_epoch(self, train_sums: torch.Tensor, test_sums: torch.Tensor, lr: float) -> dict:
+    def end_epoch(self, sums: torch.Tensor, test_sums: torch.Tensor, lr: float) -> dict:
         """The epoch's record (sums: loss, correct, images, over every process; seconds count
         evaluation) in metrics.jsonl, its heads in heads.jsonl, its line on stdout."""
-        sums = train_sums.clone()
-        if self.world > 1:
-            dist.all_reduce(sums)
-            dist.all_reduce(test_sums)
-        self.check_finite(sums[0])
+        self.progress.end_epoch()
         before = self.history[-1]["seconds"] if self.history else 0.0
         r = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
                  train_acc=sums[1].item() / sums[2].item(), test_loss=(test_sums[0] / test_sums[2]).item(),

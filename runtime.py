@@ -3,7 +3,7 @@
 - the command line: every script's Config dataclass becomes its flags (`option`,
   `parse_flags`), and `command_line` ends a script with one line and an exit code;
 - the device (cuda, then mps, then cpu) and the precision it computes natively (bf16, fp16
-  with a gradient scaler, fp32), decided once a run;
+  with a gradient scaler, fp32), decided once per run;
 - progress: images/s and the run's remaining time on stderr;
 - stop signals: Ctrl-C and SIGTERM only set a flag that train.py reads between batches
   (and TrainingError, for a run that cannot go on);
@@ -162,7 +162,7 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines an epoch
+    """Where the run stands, on stderr: a bar within the epoch on a terminal (four lines per epoch
     in a log file) with images/s and the whole run's remaining time, and once the steps run at
     their steady pace one estimate of the whole run, with a warning when a CPU would take over
     a day. Evaluation is counted as `eval_share` of a step's time per step (its forward passes)."""
@@ -192,7 +192,7 @@ class Progress:
             self.estimated = True
             warning = ("; over a day on this CPU: --preset laptop trains the 2-layer model in minutes"
                        if self.device.type == "cpu" and remaining > 86400 else "")
-            print(f"estimate: {per_step:.2f} s a step, {self.total_steps - done:,} steps to go with evaluation: "
+            print(f"estimate: {per_step:.2f} s per step, {self.total_steps - done:,} steps to go with evaluation: "
                   f"{duration(remaining)}{warning}", file=sys.stderr, flush=True)
         in_epoch = (done - 1) % self.steps_per_epoch + 1
         on_terminal = self.tty and time.time() - self.last_print > 0.5

@@ -633,8 +633,13 @@ def test_flop_counts_and_a_training_epoch_run_on_a_non_cpu_device():
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # (no GradScaler on meta; fp16's runs on cuda)
     batches = [(torch.empty(4, 3, 32, 32, device=device), torch.zeros(4, dtype=torch.long, device=device))] * 2
     sums = torch.zeros(3, dtype=torch.float64, device=device)
-    train_lib.train_epoch(net, batches, train_lib.make_loss(net, cfg), optimizer, schedule, scaler, "fp32", sums)
-    assert train_lib.evaluate(net, batches, "fp32").device.type == "meta"
+    run = records.Run(Path("unwritten"), cfg, net, device, 1, False, len(batches), "fp32")  # writes no file
+    run.begin(optimizer, 8, 8)
+    run.start_epoch()
+    loss_fn = train_lib.make_loss(net, cfg)
+    assert train_lib.train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, "fp32", sums, run,
+                                 runtime.StopSignal(device, 1, False))
+    assert run.step == 2 and train_lib.evaluate(net, batches, "fp32").device.type == "meta"
 
 
 def test_the_dense_path_under_bf16_casts_p_once_a_layer_and_computes_alike():
@@ -968,13 +973,13 @@ def test_the_first_steps_estimate_the_run_and_warn_a_cpu_of_a_long_one(capsys):
     for seconds in (30.0, 2.0, 2.0, 2.0):  # the first step is warm-up
         progress.step(seconds, progress.steps + 1, lambda: "loss 2.3")
     err = capsys.readouterr().err
-    assert err.count("estimate:") == 1 and "estimate: 2.00 s a step, 149,998 steps to go with evaluation: 3 days" in err
+    assert err.count("estimate:") == 1 and "estimate: 2.00 s per step, 149,998 steps to go with evaluation: 3 days" in err
     assert "--preset laptop" in err
     quick = runtime.Progress(500, 2000, 100, torch.device("cpu"), enabled=True, eval_share=0.1)
     for seconds in [0.5] * 49 + [0.4] * 2:  # the first tenth of an epoch is warm-up
         quick.step(seconds, quick.steps + 1, lambda: "")
     err = capsys.readouterr().err
-    assert err.count("estimate:") == 1 and "0.40 s a step, 1,949 steps to go with evaluation: 14.3 min" in err
+    assert err.count("estimate:") == 1 and "0.40 s per step, 1,949 steps to go with evaluation: 14.3 min" in err
     assert "--preset laptop" not in err
 
 

@@ -4,15 +4,16 @@
     python train.py --encoding quadratic                 # the paper's run: 300 epochs (a GPU)
     python train.py --preset tiny --encoding learned     # a smoke run
     python train.py --resume runs/quadratic-laptop       # continue exactly where a run stopped
-    torchrun --nproc_per_node=4 train.py ...             # DistributedDataParallel, one process a GPU
+    torchrun --nproc_per_node=4 train.py ...             # DistributedDataParallel, one process per GPU
 
 Read top to bottom: the settings (Config, A.4's defaults), the optimizer and its schedule,
 one epoch of training (`train_epoch`: forward, loss, backward, step, under autocast and a
-gradient scaler), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule,
-resume, and the loop over epochs, which saves a checkpoint after every epoch and at a
-Ctrl-C. The presets and the command line close the file. What a long run needs besides
-(logs, progress, the stop signal's plumbing, the process) is in records.py and runtime.py:
-no line there computes a step.
+gradient scaler; each step counted, its loss checked, logged, and a stop signal read before
+the next), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule, resume,
+and the loop over epochs, which saves a checkpoint after every epoch and at a Ctrl-C. Below
+the `# ----` line: the presets and the flags' checks. What a long run needs besides (the
+files it writes, progress, the stop signal's plumbing, the process) is in records.py and
+runtime.py: no line there computes a step.
 """
 import contextlib
 import math
@@ -37,7 +38,7 @@ from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, comman
 class Config:
     # A.4's recipe; where A.4 is silent, the authors' code (said so)
     epochs: int = option(300, "training epochs")
-    batch_size: int = option(100, "images a step, across all processes")
+    batch_size: int = option(100, "images per step, across all processes")
     lr: float = option(0.1, "peak learning rate of SGD")
     momentum: float = option(0.9, "SGD momentum")
     weight_decay: float = option(1e-4, "SGD weight decay (the authors' code: none on Gaussian centers and spreads)")
@@ -56,8 +57,9 @@ class Config:
     width: int = option(64, "ResNet18 base width")
     # ours, for short runs on a CPU (the paper has none of them)
     position_lr: float = option(1.0, "learning-rate multiplier of the positional parameters (paper: 1)")
-    spread_hold: float = option(0.0, "fraction of the steps during which every head's spread (quadratic alpha, "
-                                     "gaussian Sigma^-1) keeps its start while the centers move (paper: 0)")
+    spread_hold: float = option(0.0, "fraction of the steps during which every head's spread keeps its start "
+                                     "while the centers move (paper: 0); the spread is set by quadratic alpha or "
+                                     "gaussian Sigma^-1/2, inverse widths: the larger, the narrower the head")
     grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus its draw "
                                      "(ConViT's local init; paper: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (paper: 0): it cannot widen past it")
@@ -68,7 +70,7 @@ class Config:
     subset: int = option(0, "train on this many training images (0: all)")
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
                                   "or laptop (2 layers of width 64 on a CPU)", choices=["paper", "tiny", "laptop"])
-    eval_batch_size: int = option(500, "images a test batch")
+    eval_batch_size: int = option(500, "images per test batch")
     log_every: int = option(0, "every this many steps (and at step 0), the layers' measures and heads to "
                                "steps.jsonl (0: none)")
     out: str = option("", "run directory (default runs/ENCODING-PRESET)")
@@ -87,13 +89,13 @@ class Config:
 
 def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
     """SGD with A.4's momentum and weight decay (A.4 lists the settings, the authors' code uses
-    torch's SGD). One rule splits the parameters: a Gaussian head's center and
-    spread (quadratic, gaussian: the encoding's `undecayed`) take no weight decay, as in the
-    authors' code; every other parameter does. Ours: with --position-lr every positional
-    parameter takes that multiple of the learning rate, and the spreads are a group of their
-    own (`spread`), which --spread-hold holds still. The update of every parameter runs as one
-    fused kernel (the same arithmetic, a few launches a step instead of one a parameter) where
-    the device has it."""
+    torch's SGD). One rule splits the parameters: a Gaussian head's center and the parameter
+    that sets its spread (quadratic alpha, gaussian Sigma^-1/2: the encoding's `undecayed`) take
+    no weight decay, as in the authors' code; every other parameter does. Ours: with
+    --position-lr every positional parameter takes that multiple of the learning rate, and the
+    spreads' parameters are a group of their own (the encoding's `spread`), which --spread-hold
+    holds still. The update of every parameter runs as one fused kernel (the same arithmetic, a
+    few launches per step instead of one per parameter) where the device has it."""
     undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
     spreads = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "spread", ())}
     groups = {}  # (positional, decayed, spread) -> parameters
@@ -142,12 +144,16 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=DTYPES[precision]) if precision != "fp32" else contextlib.nullcontext()
 
 
-def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: str, sums: torch.Tensor):
-    """One epoch of A.4, a batch at a time: forward, loss, backward, an SGD step, the schedule's
-    step. Adds each batch's summed loss, correct predictions and images to `sums` [3] in place
-    (a stopped run saves the running totals)."""
+def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: str, sums: torch.Tensor,
+                run: Run, stop: StopSignal) -> bool:
+    """One epoch of A.4 from the batch where the run stands, a batch at a time: forward, loss,
+    backward, an SGD step, the schedule's step; then the step counted and logged. Adds each
+    batch's summed loss, correct predictions and images to `sums` [3] in place (a stopped run
+    saves the running totals). False when a stop signal ended it early, at a batch boundary."""
     net.train()
     for images, labels in batches:  # [B, 3, 32, 32], [B]
+        if stop.requested():  # Ctrl-C or SIGTERM, agreed by every process: stop before this step
+            return False
         with autocast(images.device, precision):
             logits = net(images).float()  # [B, 10]
             loss = loss_fn(logits, labels)
@@ -159,6 +165,18 @@ def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: s
         n = len(labels)
         sums[:2] += torch.stack([loss.detach() * n, (logits.argmax(1) == labels).sum()]).double()
         sums[2] += n  # a number, not a tensor made on the host: no wait for the GPU
+        run.step += 1  # batches done in this epoch: where a resume restarts
+        if run.step % 50 == 0:  # every 50 steps, not every step: reading the loss waits for the GPU
+            check_finite(sums[0], run)
+        run.log_step(sums)  # progress on stderr; every --log-every steps the layers' measures to steps.jsonl
+    return True
+
+
+def check_finite(loss_sum: torch.Tensor, run: Run):
+    """A loss that is no longer finite ends the run (TrainingError); the last checkpoint stays."""
+    if not torch.isfinite(loss_sum):
+        raise TrainingError(f"the training loss became {loss_sum.item()} in epoch {run.epoch + 1}; "
+                            f"the last good checkpoint (epoch {run.epoch}) is kept in {run.out}")
 
 
 def evaluate(net, batches, precision: str) -> torch.Tensor:
@@ -271,19 +289,22 @@ def main(cfg: Config, model=None) -> dict:
         checkpoint_path = Path(cfg.out) / "checkpoint.pt"
         with StopSignal(device, world, rank == 0) as stop:  # Ctrl-C, SIGTERM: a flag read between batches
             for epoch in range(run.epoch, cfg.epochs):
-                # the epoch's batches from where the run stands, each step counted (run.step) and logged;
-                # they end early, at a batch boundary, when a stop signal arrives
-                batches = run.steps(train_batches.epoch(epoch, run.step), stop, sums)
-                train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, cfg.precision, sums)
-                if stop.signum:  # a batch boundary: what is saved here resumes exactly
-                    if rank == 0:
+                run.start_epoch()  # the epoch's clock
+                batches = train_batches.epoch(epoch, run.step)  # from the batch where the run stands
+                if not train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, cfg.precision, sums, run, stop):
+                    if rank == 0:  # stopped at a batch boundary: what is saved here resumes exactly
                         save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
                     run.stopped()
                     raise Stop(stop.signum)
                 for buffer in model.buffers() if world > 1 else ():  # BatchNorm statistics: rank 0's for all
                     dist.broadcast(buffer, 0)
                 test_sums = evaluate(net, test_batches.epoch(0), cfg.precision)
-                run.end_epoch(sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
+                epoch_sums = sums.clone()  # the epoch's totals, over every process
+                if world > 1:
+                    dist.all_reduce(epoch_sums)
+                    dist.all_reduce(test_sums)
+                check_finite(epoch_sums[0], run)
+                run.end_epoch(epoch_sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
                 sums.zero_()
                 if rank == 0:
                     save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
