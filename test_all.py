@@ -1373,7 +1373,9 @@ def test_every_command_writes_under_runs_named_after_its_input_and_never_into_a_
     assert (tmp_path / "runs" / "ckpt-pruned" / "checkpoint.pt").exists()
     result = script("visualize", gaussian_run, cwd=tmp_path)  # a run folder: its name
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "runs" / "figures" / "run" / "measures.json").exists()
+    figures = tmp_path / "runs" / "figures" / "run"
+    assert (figures / "measures.json").exists()
+    assert f"wrote {len(list(figures.iterdir()))} files to runs/figures/run: " in result.stdout  # every file counted
     result = script("train", "--preset", "tiny", "--dataset", "synthetic", "--subset", "100", "--epochs", "1",
                     "--dim", "8", "--precision", "fp32", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -1424,7 +1426,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     names = {Path(p).name for p in written}
     assert names == {f"{n}.{ext}" for n in ("fig6_attention_regions", "fig5_attention_maps", "locality",
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
-                     for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif"}
+                     for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif", "measures.json"}
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
         "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
@@ -1432,8 +1434,8 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
         "shared_start_gap", "travel_one_pixel", "path_mean", "already_nearest_chance"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))
-    assert [p.name for p in at_init] == ["fig6_attention_regions.png", "fig5_attention_maps.png"]
-    assert not_blank(at_init[0])
+    assert [p.name for p in at_init] == ["measures.json", "fig6_attention_regions.png", "fig5_attention_maps.png"]
+    assert not_blank(at_init[1])
 
 
 def test_fig5_for_a_content_model(tmp_path):

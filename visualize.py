@@ -14,10 +14,12 @@ Writes, for the model in the checkpoint:
   epoch (heads.jsonl).
 - fig5: the attention map of every head (columns) at every layer (rows) for the central query.
 - fig4 (fig7 for a pruned run): test accuracy per epoch of this run and of any --compare runs;
-  locality: each layer's 3x3 locality at initialization and trained, for the same runs.
+  locality: each layer's 3x3 locality (the share of its kernel's energy in the 3x3 window
+  around the query) at initialization and trained, for the same runs.
 - measures.json: each layer's locality, one-pixel heads, grid coverage and, for a trained run
   with centers, how far each head travelled from its start (measures.py), also printed.
 For content models (eq. 8) the probabilities depend on the image: a test image is used.
+Below the `# ----` line: what it prints, and the locality figure (measures.py's numbers).
 """
 import json
 from dataclasses import dataclass
@@ -234,6 +236,46 @@ def accuracy_figure(runs: list, out, pdf, name):
     return save(fig, out, name, pdf)
 
 
+def visualize(cfg: Config) -> list:
+    checkpoint, path = load_checkpoint(cfg.run)
+    run = path.parent
+    model = model_from_checkpoint(checkpoint, cfg.at_init).eval()
+    out = output_folder(cfg.out, f"runs/figures/{run_name(path)}{'-init' if cfg.at_init else ''}")
+    written = []
+    if hasattr(model, "attention_layers"):
+        inputs = [None] * len(model.attention_layers)
+        if any(layer.content for layer in model.attention_layers):
+            config = checkpoint["config"]
+            train, test = data_lib.load(config["dataset"], config["data_dir"], config["seed"])
+            train = data_lib.training_subset(train, config["subset"], config["seed"])  # the run's statistics
+            mean, std = data_lib.channel_stats(train.images)
+            image = (test.images[cfg.image_index:cfg.image_index + 1].float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
+            inputs = layer_inputs(model, image)
+        n_layers = len(model.attention_layers)
+        fig2_layer = cfg.layer or min(4, n_layers)
+        if not 1 <= fig2_layer <= n_layers:
+            raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
+        print_concentration(model, inputs)
+        written.append(print_measures(run_measures(model, run, not cfg.at_init,
+                                                   checkpoint["config"].get("center_std", 2.0)), out))
+        heads = {layer.heads for layer in model.attention_layers}
+        name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
+        ids = kept_heads(run, model)
+        written += region_figure(model, inputs, ids, out, cfg.pdf, f"{name}_attention_regions")
+        written += maps_figure(model, inputs, ids, out, cfg.pdf)
+        if not cfg.at_init:
+            written += trajectory_figure(model, run, fig2_layer, ids, out, cfg.pdf)
+    if (run / "metrics.jsonl").exists() and not cfg.at_init:
+        pruned = isinstance(checkpoint["config"]["heads"], list)
+        runs = [run] + [Path(r) for r in cfg.compare]
+        written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if pruned else "fig4_test_accuracy")
+        if hasattr(model, "attention_layers") and not any(layer.content for layer in model.attention_layers):
+            written += locality_figure(runs, out, cfg.pdf)
+    return written
+
+
+# ---- what visualize.py prints: how convolution-like each layer is (measures.py) --------------
+
 def print_concentration(model, inputs):
     """How many keys hold half of each head's attention from the central query, per layer."""
     print("keys holding 50% of each head's attention (central query):")
@@ -243,14 +285,15 @@ def print_concentration(model, inputs):
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
 
-def print_measures(found: list, out: Path):
-    """Print how convolution-like each layer is, and how far its heads travelled, and write
-    measures.json to `out`."""
+def print_measures(found: list, out: Path) -> Path:
+    """Print how convolution-like each layer is, and how far its heads travelled; write them to
+    out/measures.json, its path returned."""
     print("how convolution-like each layer is (central query; measures.py):")
     for i, m in enumerate(found):
         text = "content layer: no fixed kernel" if m is None else (
-            f"locality 3x3 {m['locality_3x3']:.3f}  5x5 {m['locality_5x5']:.3f}; probability in 3x3 {m['mass_3x3']:.3f}"
-            + f"  5x5 {m['mass_5x5']:.3f}\n           {m['one_pixel_heads']} one-pixel heads on {m['one_pixel']} pixels "
+            f"locality (share of its kernel's energy) in 3x3 {m['locality_3x3']:.3f}, 5x5 {m['locality_5x5']:.3f}; "
+            f"the heads' probability in 3x3 {m['mass_3x3']:.3f}, 5x5 {m['mass_5x5']:.3f}"
+            + f"\n           {m['one_pixel_heads']} one-pixel heads on {m['one_pixel']} pixels "
               f"({m['inside_3x3']} in the 3x3 window, {m['inside_5x5']} in the 5x5), {m['ring']} of the 8 around the "
               f"query, on {m['sides']} of its 4 sides" + (f"; coverage {m['coverage']}" if "coverage" in m else "")
             + (f"; centers {m['distance']:.2f} px from the query on average" if "distance" in m else "")
@@ -263,6 +306,7 @@ def print_measures(found: list, out: Path):
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
+    return out / "measures.json"
 
 
 def run_measures(model, run: Path, trained: bool, center_std: float) -> list:
@@ -294,43 +338,6 @@ def locality_figure(runs: list, out, pdf):
     ax.set_ylim(0, 1), ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save(fig, out, "locality", pdf)
-
-
-def visualize(cfg: Config) -> list:
-    checkpoint, path = load_checkpoint(cfg.run)
-    run = path.parent
-    model = model_from_checkpoint(checkpoint, cfg.at_init).eval()
-    out = output_folder(cfg.out, f"runs/figures/{run_name(path)}{'-init' if cfg.at_init else ''}")
-    written = []
-    if hasattr(model, "attention_layers"):
-        inputs = [None] * len(model.attention_layers)
-        if any(layer.content for layer in model.attention_layers):
-            config = checkpoint["config"]
-            train, test = data_lib.load(config["dataset"], config["data_dir"], config["seed"])
-            train = data_lib.training_subset(train, config["subset"], config["seed"])  # the run's statistics
-            mean, std = data_lib.channel_stats(train.images)
-            image = (test.images[cfg.image_index:cfg.image_index + 1].float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
-            inputs = layer_inputs(model, image)
-        n_layers = len(model.attention_layers)
-        fig2_layer = cfg.layer or min(4, n_layers)
-        if not 1 <= fig2_layer <= n_layers:
-            raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
-        print_concentration(model, inputs)
-        print_measures(run_measures(model, run, not cfg.at_init, checkpoint["config"].get("center_std", 2.0)), out)
-        heads = {layer.heads for layer in model.attention_layers}
-        name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
-        ids = kept_heads(run, model)
-        written += region_figure(model, inputs, ids, out, cfg.pdf, f"{name}_attention_regions")
-        written += maps_figure(model, inputs, ids, out, cfg.pdf)
-        if not cfg.at_init:
-            written += trajectory_figure(model, run, fig2_layer, ids, out, cfg.pdf)
-    if (run / "metrics.jsonl").exists() and not cfg.at_init:
-        pruned = isinstance(checkpoint["config"]["heads"], list)
-        runs = [run] + [Path(r) for r in cfg.compare]
-        written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if pruned else "fig4_test_accuracy")
-        if hasattr(model, "attention_layers") and not any(layer.content for layer in model.attention_layers):
-            written += locality_figure(runs, out, cfg.pdf)
-    return written
 
 
 def main():
