@@ -6,13 +6,18 @@ Every measure here is ours: the paper shows its heads in figures and counts noth
     measures(layer)   # {"locality_3x3": 0.81, "one_pixel": 7, "ring": 5, "sides": 4, ...}
 
 Every measure looks at the central query of the grid, as the paper's figures do.
-- locality: the share of the query's kernel energy inside a 3x3 (5x5) window, by the converse
-  of Theorem 1 (prove.attention_to_conv): 1.0 for a 3x3 (5x5) convolution.
-- one_pixel_heads, one_pixel, ring, sides, inside_3x3, inside_5x5: how many heads put at least
-  half of the query's probability on one pixel, and where those pixels lie (Lemma 1's heads
-  each sit on one shift).
-- mass_3x3, mass_5x5: the heads' probability inside the 3x3 and 5x5 windows around the query;
-  distance: their centers' mean distance from it (heads with centers).
+- locality_3x3, locality_5x5: the share of the query's kernel energy inside a 3x3 (5x5)
+  window: the layer is a convolution (the converse of Theorem 1, prove.attention_to_conv) whose
+  kernel at each shift sums the heads' value maps W^(h) weighted by their probabilities; 1.0
+  for a 3x3 (5x5) convolution. It weighs each head by its value map: a head with small W^(h)
+  counts little.
+- mass_3x3, mass_5x5: the heads' probability inside the 3x3 and 5x5 windows around the query,
+  averaged over the heads, every head alike whatever its value map; distance: their centers'
+  mean distance from the query (heads with centers).
+- one_pixel_heads: how many heads put at least half of the query's probability on one pixel
+  (Lemma 1's heads each sit on one shift); one_pixel: how many distinct pixels those heads sit
+  on (two heads on one pixel count once); ring, sides, inside_3x3, inside_5x5: where those
+  pixels lie.
 - coverage: distinct integer shifts that hold such a head's center (heads with centers).
 - travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
   one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.

@@ -3,7 +3,7 @@
     python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2, and of a training step
 
 What it prints, in seconds on a CPU: quadratic 12,086,844 parameters (paper 12.1M), learned
-12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs an image for the attention
+12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs per image for the attention
 networks (paper 6.2B) and 1.11B for ResNet18 (1.1B), counted as 2 x the multiply-adds of
 Linear and Conv2d layers: the paper does not say how it counts; this count (ours) matches it.
 
@@ -203,7 +203,7 @@ def an_image(model: nn.Module, image_size: int) -> torch.Tensor:
 
 
 def main():
-    print(f"{'model':<11}{'params':>12}{'paper':>8}{'FLOPs (paper conv.)':>21}{'paper':>7}"
+    print(f"{'model':<11}{'params':>12}{'paper':>8}{'FLOPs (paper count)':>21}{'paper':>7}"
           f"{'all FLOPs, dense':>18}{'fast':>8}{'train step':>12}")
     for name in MODELS:
         torch.manual_seed(0)
@@ -215,7 +215,7 @@ def main():
               f"{counted_flops(model) / 1e9:>17.2f}B{counted_flops(fast) / 1e9:>7.2f}B"
               f"{counted_flops(fast, training=True) / 1e9:>11.2f}B")
     print("Counted (ours; it matches the paper's tables): 2 x multiply-adds of Linear/Conv layers only; the attention product "
-          "P_h X (9 x 256 x 256 x 400 multiply-adds a layer) is not counted.\n'all FLOPs' "
+          "P_h X (9 x 256 x 256 x 400 multiply-adds per layer) is not counted.\n'all FLOPs' "
           "counts every matrix product (torch.utils.flop_counter) per image of a forward pass for the paper's layer / the "
           "fast one; 'train step' those of a training step as train.py runs the paper's recipe (forward and backward, the "
           "authors' attention dropout 0.1, which turns the fast layer's factorization off).")
