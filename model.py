@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d, kernel_shifts
 
 MODELS = ENCODINGS + ("resnet18",)
+CENTERED = ("quadratic", "gaussian")  # the encodings whose heads have centers
 # Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
 PAPER = {"quadratic": (12.1e6, 6.2e9), "gaussian": (12.1e6, 6.2e9), "learned": (12.3e6, 6.2e9),
          "resnet18": (11.2e6, 1.1e9)}
@@ -65,7 +66,7 @@ class SelfAttentionNet(nn.Module):
             raise ValueError(f"heads lists {len(heads)} layers, the model has {layers}")
         if image_size % 2:
             raise ValueError(f"image_size must be even for 2x2 space-to-depth, got {image_size}")
-        if grid_start and encoding not in ("quadratic", "gaussian"):
+        if grid_start and encoding not in CENTERED:
             raise ValueError(f"grid_start moves head centers; {encoding} heads have none")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
@@ -140,11 +141,18 @@ def build_model(name: str, **overrides) -> nn.Module:
 # ---- a model from a run's config (the dict train.py's Config stores) ------------------------
 
 def model_kwargs(config: dict) -> dict:
-    """The constructor arguments that a run's config gives build_model."""
+    """The constructor arguments that a run's config gives build_model: the settings that shaped
+    its model. One its encoding has no use for is left out, never refused: a run's config is its
+    history (learned runs recorded `grid_start: true` before the flag was refused for them), read
+    as the model it built, not checked again as a new command."""
     if config["encoding"] == "resnet18":
         return dict(width=config["width"])
-    return {k: config[k] for k in ("layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content",
-                                   "center_std", "grid_start", "min_alpha")}
+    names = ["layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content"]
+    if config["encoding"] in CENTERED:  # centers to draw and place
+        names += ["center_std", "grid_start"]
+    if config["encoding"] == "quadratic":  # an alpha to floor
+        names.append("min_alpha")
+    return {k: config[k] for k in names}
 
 
 def model_from_config(config: dict, layer: type = SelfAttention2d) -> nn.Module:

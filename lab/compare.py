@@ -246,14 +246,18 @@ def steps_table(groups: dict, steps: list, layer: int) -> str:
 def run_origins(run: dict, layer: int) -> dict:
     """{step: measures.origins of `layer` (1-based) at that step against step 0, with `path`,
     the heads' mean path (measures.path_length) over the logged steps up to it} of a run whose
-    steps.jsonl holds the layer's heads with centers."""
+    steps.jsonl holds the layer's heads with centers; computed once a run and layer, kept in the
+    run for the table, the pooled line and the figure that read it."""
     if not has_layer(run, layer):
         raise ValueError(f"{run['path']} logged no heads with centers for layer {layer} at step 0 (train.py --log-every)")
-    shape = model_from_config(with_defaults(run["config"])).attention_layers[layer - 1]  # positions only: centers and alpha
-    steps, logged = zip(*((step, heads[layer - 1]) for step, heads in sorted(run["heads"].items())))
-    paths = np.cumsum([0.0] + [statistics.fmean(measures.path_length(pair)) for pair in zip(logged, logged[1:])])
-    return {step: measures.origins(shape, logged[0], now) | {"path": float(path)}
-            for step, now, path in zip(steps, logged, paths)}
+    found = run.setdefault("origins", {})  # layer -> its steps' origins
+    if layer not in found:
+        shape = model_from_config(with_defaults(run["config"])).attention_layers[layer - 1]  # positions: centers, alpha
+        steps, logged = zip(*((step, heads[layer - 1]) for step, heads in sorted(run["heads"].items())))
+        paths = np.cumsum([0.0] + [statistics.fmean(measures.path_length(pair)) for pair in zip(logged, logged[1:])])
+        found[layer] = {step: measures.origins(shape, logged[0], now) | {"path": float(path)}
+                        for step, now, path in zip(steps, logged, paths)}
+    return {step: dict(at) for step, at in found[layer].items()}  # the caller's to add to
 
 
 def group_origins(members: list, layer: int) -> list:

@@ -2,10 +2,12 @@
 notebook's citations. `python -m pytest -q lab/test_lab.py` (or `python -m pytest -q`, both suites)."""
 import dataclasses
 import fnmatch
+import glob
 import json
 import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -418,3 +420,49 @@ def test_every_run_and_file_under_results_is_cited_by_the_documentation():
 def test_every_command_in_the_notebook_is_accepted_by_todays_code():
     check_commands(ROOT / "lab" / "RESULTS.md", dict(bench=bench, compare=compare, prove=prove, prune=prune_lib,
                                                      visualize=viz, data=data_lib))
+
+
+def test_a_runs_config_is_read_as_the_model_it_built_never_refused():
+    """Learned runs recorded `grid_start: true` and gaussian runs `min_alpha: 1.0` before such flags
+    were refused for them: their models had nothing those settings touch, and build without them."""
+    config = json.loads((ROOT / "lab/results/reviewer/learned-s0/config.json").read_text())
+    assert config["grid_start"] and config["min_alpha"] == 1.0
+    assert model_lib.count_parameters(model_lib.model_from_config(compare.with_defaults(config))) == 127_562  # RESULTS 7.1
+    config = json.loads((ROOT / "lab/results/reviewer/gaussian-s0/config.json").read_text())
+    assert model_lib.model_from_config(compare.with_defaults(config)).attention_layers[0].encoding.centers.shape == (9, 2)
+    with pytest.raises(ValueError, match="grid_start moves head centers"):  # a new command is still refused
+        model_lib.build_model("learned", grid_start=True)
+
+
+def notebook_compare_commands() -> list:
+    """The arguments of every `python -m lab.compare` that lab/RESULTS.md writes, its globs expanded as
+    a shell expands them; a loop `for r in RUNS; do python -m lab.compare $r ...; done`: one a run."""
+    text = (ROOT / "lab" / "RESULTS.md").read_text()
+    lines = {piece.strip() for block, span in re.findall(r"```[a-z]*\n(.*?)```|`([^`]+)`", text, re.S)
+             for piece in (block.splitlines() if block else [span.replace("\n", " ")])
+             if "python -m lab.compare" in piece}
+    expand = lambda words: [p for w in shlex.split(words) for p in (sorted(glob.glob(w, root_dir=ROOT)) or [w])]
+    found = []
+    for line in sorted(lines):
+        loop = re.fullmatch(r"for (\w+) in (.*?); do (.*?); done", line)
+        bodies = [loop[3].replace("$" + loop[1], w) for w in expand(loop[2])] if loop else [line]
+        found += [expand(body.split("python -m lab.compare")[1].split("|")[0]) for body in bodies]
+    return found
+
+
+@pytest.mark.slow
+def test_every_compare_command_in_the_notebook_runs_on_its_committed_runs(tmp_path, monkeypatch, capsys):
+    """Each one exits 0 on the committed runs (an old run's settings are read, never refused); its
+    figures go to tmp_path, not lab/figures. Minutes: the heads of every logged step are measured."""
+    commands = notebook_compare_commands()
+    assert len(commands) >= 30
+    monkeypatch.chdir(ROOT)
+    for i, argv in enumerate(commands):
+        if "--out" in argv:
+            argv[argv.index("--out") + 1] = str(tmp_path / str(i))
+        monkeypatch.setattr(sys, "argv", ["compare.py"] + argv)
+        try:
+            compare.main()
+        except SystemExit as e:
+            pytest.fail(f"python -m lab.compare {' '.join(argv)}: {e}")
+    assert "| encoding=learned |" in capsys.readouterr().out
