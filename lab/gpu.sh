@@ -5,7 +5,8 @@
 #                                         # OUT gets the runs, their logs and bench (default runs/gpu)
 #
 # Two runs side by side on the one GPU, train.py's paper recipe (quadratic encoding, 6 layers,
-# A.4, bf16 by auto) for 30 of its 300 epochs (15,000 steps), the layers' measures and heads
+# A.4, bf16 by auto) as a complete 30-epoch schedule (15,000 steps: warm-up 750, cosine to zero
+# at 15,000; not the first tenth of the paper's 300 epochs), the layers' measures and heads
 # every 500 steps in steps.jsonl: OUT/width400 (the paper's width) and OUT/width64 (--dim 64,
 # the CPU runs' width; the one difference). Each gets GPU_TRAIN_SECONDS (default 480): at the
 # limit it is stopped with SIGINT and saves at a batch boundary, its finished epochs kept
