@@ -83,7 +83,8 @@ class Quadratic(nn.Module):
     @alpha.setter
     def alpha(self, value):  # a number, or one a head
         with torch.no_grad():
-            root = (2 * (torch.as_tensor(value, device=self.min_alpha.device) - self.min_alpha)).clamp(min=0).sqrt()
+            value = torch.as_tensor(value, dtype=self.sqrt_2alpha.dtype, device=self.sqrt_2alpha.device)
+            root = (2 * (value - self.min_alpha)).clamp(min=0).sqrt()
             self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]

@@ -42,7 +42,7 @@ from runtime import fast_cpu_process, option, parse_flags
 class ConvAsAttention(nn.Module):
     """MHSA that reproduces a convolution: [B, C_in, H, W] (or [B, C_in, L]) -> same with C_out."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: tuple, alpha: float, one_d: bool = False):
+    def __init__(self, c_in: int, c_out: int, kernel: tuple, one_d: bool = False):
         super().__init__()
         self.kernel, self.one_d = kernel, one_d
         kh, kw = kernel
@@ -51,7 +51,6 @@ class ConvAsAttention(nn.Module):
         cols = torch.arange(kw) - kw // 2
         with torch.no_grad():  # Delta^(h) = k - q: eq. 10's f(h) = q - k with its sign flipped (attention.py)
             self.attention.encoding.centers.copy_(torch.cartesian_prod(rows, cols))
-        self.attention.encoding.alpha = alpha
 
     def forward(self, x):
         if self.one_d:
@@ -85,13 +84,14 @@ def conv_to_attention(conv: nn.Module, alpha: float) -> ConvAsAttention:
     if problems:
         raise ValueError("the construction covers odd kernels with stride 1, dilation 1, groups 1 "
                          f"and zero padding K//2; this conv has {', '.join(problems)}")
-    layer = ConvAsAttention(conv.in_channels, conv.out_channels, kernel, alpha, one_d)
+    # in the conv's precision before any value is set: alpha and W^(h) of a float64 conv stay float64
+    layer = ConvAsAttention(conv.in_channels, conv.out_channels, kernel, one_d).to(conv.weight.device, conv.weight.dtype)
+    layer.attention.encoding.alpha = alpha
     weight = conv.weight.detach().reshape(conv.out_channels, conv.in_channels, -1)  # [C_out, C_in, kh*kw]
     with torch.no_grad():
         layer.attention.W_out.weight.copy_(weight.permute(0, 2, 1).reshape(conv.out_channels, -1))
-        bias = conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels)
-        layer.attention.W_out.bias.copy_(bias)
-    return layer.to(conv.weight.device, conv.weight.dtype)
+        layer.attention.W_out.bias.copy_(conv.bias) if conv.bias is not None else layer.attention.W_out.bias.zero_()
+    return layer
 
 
 @dataclass

@@ -260,6 +260,20 @@ def test_attention_reproduces_conv1d_and_conv_without_bias():
     torch.testing.assert_close(prove.conv_to_attention(conv, 50.0)(x), conv(x), atol=1e-5, rtol=1e-5)
 
 
+def test_a_float64_conv_becomes_a_float64_layer_to_round_off():
+    """Weights and alpha that float32 cannot hold: the layer keeps every digit of both."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3, padding=1, dtype=torch.float64)
+    with torch.no_grad():
+        conv.weight.add_(1e-12)  # below float32's resolution at these magnitudes
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64)
+    layer = prove.conv_to_attention(conv, alpha=40.1)
+    assert layer.attention.encoding.alpha.dtype == torch.float64
+    torch.testing.assert_close(layer.attention.encoding.alpha, torch.full((9,), 40.1, dtype=torch.float64),
+                               atol=1e-13, rtol=0)
+    assert (layer(x) - conv(x)).abs().max() < 1e-13
+
+
 def test_theorem_error_falls_like_exp_minus_alpha():
     torch.manual_seed(0)
     conv = nn.Conv2d(2, 2, 3, padding=1).double()

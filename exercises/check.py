@@ -23,13 +23,15 @@ DAYS = {1: "day1_theorem", 2: "day2_network", 3: "day3_training", 4: "day4_pruni
 @dataclass
 class Item:
     """One checked claim: `measure(yours)` should lie within `tol` of `reference` ("within"),
-    or at least / at most `reference` ("at least", "at most")."""
+    at least / at most `reference` ("at least", "at most"), or in the band [reference, high]
+    ("in band")."""
     name: str
     measure: Callable  # the module of your functions -> a number
     reference: float
     tol: float = 0.0
     hint: str = ""
     test: str = "within"
+    high: float = math.inf
 
     def passes(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -38,11 +40,15 @@ class Item:
             return value >= self.reference - self.tol
         if self.test == "at most":
             return value <= self.reference + self.tol
+        if self.test == "in band":
+            return self.reference - self.tol <= value <= self.high + self.tol
         return abs(value - self.reference) <= self.tol
 
     def rule(self) -> str:
         if self.test == "within":
             return f"reference {self.reference:.6g}, tolerance {self.tol:.1g}"
+        if self.test == "in band":
+            return f"band {self.reference:.6g} to {self.high:.6g}, widened by {self.tol:.1g}"
         return f"{self.test} {self.reference:.6g}" + (f" (tolerance {self.tol:.1g})" if self.tol else "")
 
 

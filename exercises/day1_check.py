@@ -21,11 +21,10 @@ def randn(*shape, seed: int) -> torch.Tensor:
 
 
 def conv(c_in: int, c_out: int, K: int, seed: int) -> nn.Conv2d:
-    """A bias-free float64 K x K convolution, zero padding K//2, with seeded weights drawn in float32
-    as nn.Conv2d draws its own: prove.conv_to_attention builds its layer in float32 before casting."""
+    """A bias-free float64 K x K convolution, zero padding K//2, with seeded weights."""
     layer = nn.Conv2d(c_in, c_out, K, padding=K // 2, bias=False).double()
     with torch.no_grad():
-        layer.weight.copy_(randn(c_out, c_in, K, K, seed=seed).float())
+        layer.weight.copy_(randn(c_out, c_in, K, K, seed=seed))
     return layer
 
 
@@ -34,7 +33,7 @@ def quadratic_layer(grid: tuple, center: tuple, alpha: float) -> SelfAttention2d
     layer = SelfAttention2d(1, heads=1, grid=grid, encoding="quadratic").double()
     with torch.no_grad():
         layer.encoding.centers.copy_(torch.tensor([center], dtype=torch.float64))
-    layer.encoding.alpha = torch.tensor(alpha, dtype=torch.float64)  # a Python float would pass through float32
+    layer.encoding.alpha = alpha
     return layer
 
 
@@ -77,7 +76,7 @@ def layer_error(yours) -> float:
     layer = conv_to_attention(c, alpha=1.0)
     encoding, W_out = layer.attention.encoding, layer.attention.W_out
     W = W_out.weight.detach().view(4, 9, 3).permute(1, 2, 0)  # [heads, C_in, C_out]
-    alpha = encoding.alpha[0].item()  # as the layer holds it (its float32 build rounds 1 to 0.99999996)
+    alpha = encoding.alpha[0].item()
     with torch.no_grad():
         return (yours.mhsa_conv(x, encoding.centers.detach(), W, alpha) - layer(x)).abs().max().item()
 

@@ -110,7 +110,7 @@ def start_held(yours, run: str) -> int:
 
 def items(run: str) -> list:
     P, layer = hand_probs(), a_layer()
-    band = lambda key: (sum(BANDS[key]) / 2, (BANDS[key][1] - BANDS[key][0]) / 2 + MARGIN)
+    band = lambda key: dict(reference=BANDS[key][0], high=BANDS[key][1], tol=MARGIN, test="in band")
     return [
         Item("A.4's schedule: warm-up then cosine, 6 steps of a 1,000-step run", schedule_error, 0, 1e-12,
              "warm-up: (step + 1) / w for step < w, w = round(0.05 * total); then the cosine from step w"),
@@ -134,11 +134,13 @@ def items(run: str) -> list:
              lambda y: count(y, run, 1, at_start=True), 0, 0,
              "at the start every alpha is about 0.5: no head reaches half its probability on one pixel"),
         Item("your run: layer 1's one-pixel heads after 1,000 steps, band of the committed runs",
-             lambda y: count(y, run, 1, at_start=False), *band(("one_pixel_heads", 1)),
-             "outside the band of ten committed runs: is it day 3's command, run to its end?"),
+             lambda y: count(y, run, 1, at_start=False),
+             hint="outside the band of the committed runs: is it day 3's command, run to its end?",
+             **band(("one_pixel_heads", 1))),
         Item("your run: layer 2's one-pixel heads after 1,000 steps, band of the committed runs",
-             lambda y: count(y, run, 2, at_start=False), *band(("one_pixel_heads", 2)),
-             "outside the band of ten committed runs: is it day 3's command, run to its end?"),
+             lambda y: count(y, run, 2, at_start=False),
+             hint="outside the band of the committed runs: is it day 3's command, run to its end?",
+             **band(("one_pixel_heads", 2))),
         Item("your run: heads where your one_pixel_heads and measures.py differ, both layers",
              lambda y: agreement(y, run), 0, 0, "compare with the hand case above"),
         Item("your run: layer 1's pixels its start held, yours minus measures.py's", lambda y: start_held(y, run), 0, 0,
