@@ -1,9 +1,9 @@
 """The test suite in two parts: `python -m pytest -q test_all.py` (a few minutes on 2 cores;
 `-m "not slow"` skips the tests that start training processes; the lab's own tests are
-lab/test_lab.py, and `python -m pytest -q` runs both).
+lab/test_lab.py, the exercises' exercises/, and `python -m pytest -q` runs all three).
 
 Part 1 is what the paper claims, a section per equation, lemma, table or figure, each claim
-checked; part 2 the machinery a run needs (bad inputs, devices, data files, resume, signals,
+checked (with the converse of Theorem 1 and the measures built on it, ours); part 2 the machinery a run needs (bad inputs, devices, data files, resume, signals,
 commands, the documentation), which a reader of the paper may skip.
 
 Every fast path is held to an independent reference: the dense equations, F.conv2d,

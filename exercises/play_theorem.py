@@ -8,6 +8,10 @@ In a Jupyter notebook, with ipympl installed (`pip install ipympl`; not a depend
     from exercises.play_theorem import build
     play = build()      # keep the returned object: the sliders answer only while it lives
 
+Without a display, the same figure to a PNG (the alpha slider holds log10 alpha):
+
+    MPLBACKEND=Agg python -c "from exercises.play_theorem import build; p = build(); p.sliders['alpha'].set_val(0.7); p.fig.savefig('theorem1.png')"
+
 The layer is prove.py's (section 3, Lemmas 1-2): `conv_to_attention` turns a random K x K
 single-channel conv (no bias, float64) into K^2 heads of eq. 9, head h centred on the kernel
 shift Delta^(h) with width alpha and value map W^(h) = the kernel's entry at that shift
