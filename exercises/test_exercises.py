@@ -34,9 +34,9 @@ def test_every_item_passes_on_the_solutions(day):
 def test_day3s_bands_are_those_of_the_committed_runs():
     from exercises.day3_check import BANDS
     runs = sorted(RUN.parent.glob("train-*-s*"))
-    if len(runs) < 10:
+    if not runs:
         pytest.skip("day 3's committed runs are not in this copy")
-    assert {run.name.split("-")[1] for run in runs} == {"fp32", "bf16"} and len(runs) == 10
+    assert sorted(run.name for run in runs) == [f"train-bf16-s{s}" for s in range(3)] + [f"train-fp32-s{s}" for s in range(5)]
     ends = [json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["layers"] for run in runs]
     for (measure, layer), band in BANDS.items():
         values = [end[layer - 1][measure] for end in ends]
