@@ -1,9 +1,8 @@
 """Day 3's items: A.4's schedule, the one-pixel heads and the start's chance level against
 closed forms and measures.py, then your training run against the band of committed runs.
 
-The bands (BANDS) are the least and the greatest value over the eight committed runs of day 3's
-command, seeds 0-4 in fp32 and 0-2 in bf16 (lab/results/course/train-fp32-s{0..4},
-train-bf16-s{0..2}), widened by MARGIN for data the runs did not see (the official archive
+The bands (BANDS) are the least and the greatest value over the ten committed runs of day 3's
+command, seeds 0-4 in fp32 and in bf16 (lab/results/course/train-{fp32,bf16}-s{0..4}), widened by MARGIN for data the runs did not see (the official archive
 rather than our JPEG copy); exercises/test_exercises.py recomputes them from those runs.
 """
 import json
