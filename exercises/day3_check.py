@@ -5,9 +5,9 @@ The bands (BANDS) are the least and the greatest value over the ten committed ru
 command, seeds 0-4 in fp32 and in bf16 (lab/results/course/train-{fp32,bf16}-s{0..4}), widened by MARGIN for data the runs did not see (the official archive
 rather than our JPEG copy); exercises/test_exercises.py recomputes them from those runs.
 """
+import functools
 import json
 import math
-from pathlib import Path
 
 import torch
 
@@ -67,8 +67,10 @@ def monte_carlo_held(pixels, heads: int, center_std: float, draws: int = 200_000
 PIXELS = [(0, 0), (0, 1), (-1, 1), (2, -1), (3, 3)]
 
 
+@functools.lru_cache(maxsize=2)
 def read_run(run: str):
-    """(the model now, the first snapshot of heads.jsonl) of a run of day 3's command."""
+    """(the model now, the first snapshot of heads.jsonl) of a run of day 3's command, read once
+    for all the items (none changes it)."""
     if not run:
         raise ValueError("no run given: train with day 3's command, then add --run RUN_FOLDER")
     checkpoint, path = load_checkpoint(run)
