@@ -124,8 +124,9 @@ class RowColumn(nn.Module):
     term v^T r_delta with r_delta the row and column entries concatenated (v_row, v_col: the
     halves of each head's v), over tables of the shifts -(n-1)..n-1 of each axis. Learned
     tables (`learned`) or fixed sinusoids of the shift (`sinusoidal`, a suggestion of the
-    paper's reviewer). Each table is `dim` wide, as in
-    the authors' code (Table 1's 12.3M parameters); section 4.3 writes floor(D_p / 2) each."""
+    paper's reviewer). Each table is `dim` wide and each layer has its own, as in the authors'
+    code (Table 1's 12.3M parameters); section 4.3 writes floor(D_p / 2) each, and after eq. 8
+    the paper shares r_delta across layers."""
 
     separable = True
     undecayed = ()  # tables and head keys are weight-decayed like any weight (the authors' code)

@@ -225,7 +225,7 @@ def main():
     print("Counted (ours; it matches the paper's tables): 2 x multiply-adds of Linear/Conv layers only; the attention product "
           "P_h X (9 x 256 x 256 x 400 multiply-adds per layer) is not counted.\n'all FLOPs' "
           "counts every matrix product (torch.utils.flop_counter) per image of a forward pass for the paper's layer / the "
-          "fast one; 'train step' those of a training step as train.py runs the paper's recipe (forward and backward, the "
+          "fast one; 'train step' those of a training step per image as train.py runs the paper's recipe (forward and backward, the "
           "authors' attention dropout 0.1, which turns the fast layer's factorization off).")
 
 

@@ -38,7 +38,8 @@ def parameters_after_pruning(parameters: int, heads_before: list, heads_after: l
 
     `parameters`: the count before pruning. A pruned head takes with it its positional parameters
     (`per_head` of them: quadratic 3, a center Delta and alpha; gaussian 6, a center and the 2 x 2
-    Sigma^-1/2) and the `dim` input columns of its layer's W_out = Linear(heads * dim, dim) that
-    read its output (eq. 11's W^(h); prune.remove_heads). Returns an int.
+    Sigma^-1/2) and the block of its layer's W_out = Linear(heads * dim, dim) that reads its output:
+    `dim` input columns of `dim` entries each, a dim x dim block (eq. 11's W^(h); W_out's bias stays;
+    prune.remove_heads). Returns an int.
     """
     raise NotImplementedError

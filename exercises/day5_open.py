@@ -24,16 +24,16 @@ def sinusoidal_table(n: int, dim: int) -> torch.Tensor:
     raise NotImplementedError
 
 
-def relative_logits(u: torch.Tensor, w: torch.Tensor, r_row: torch.Tensor, r_col: torch.Tensor,
+def relative_logits(v_row: torch.Tensor, v_col: torch.Tensor, r_row: torch.Tensor, r_col: torch.Tensor,
                     H: int, W: int) -> torch.Tensor:
     """Section 4.3's position logits of every head at every (query, key) pair of an H x W grid: [heads, T, T].
 
-    logit_h(q, k) = u_h . r_row[delta_row] + w_h . r_col[delta_col], with delta = k - q (row, col) and
+    logit_h(q, k) = v_row_h . r_row[delta_row] + v_col_h . r_col[delta_col], with delta = k - q (row, col) and
     T = H * W tokens in row-major order. The tables cover each axis's shifts from -(n-1): r_row [2H - 1, dim]
     holds the shift s of the rows in its row s + H - 1, r_col [2W - 1, dim] the columns' likewise.
-    u, w [heads, dim]: each head's row and column halves of eq. 8's v (attention.RowColumn's v_row,
-    v_col). The learned encoding and the sinusoidal one differ only in their tables r.
-    Same dtype as the inputs.
+    v_row, v_col [heads, dim]: each head's row and column halves of eq. 8's v (attention.RowColumn's
+    v_row, v_col; not eq. 8's u, which multiplies the keys' content). The learned encoding and the
+    sinusoidal one differ only in their tables r. Same dtype as the inputs.
     """
     raise NotImplementedError
 

@@ -205,8 +205,8 @@ def values(members: list, name: str, layer: int, step: int = None) -> list:
 
 def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
     """For each experiment, each measure's change from the run's start to its end (or to
-    `step`), seed by seed: the mean change with its 95% interval (Student's t over the seeds'
-    changes). The start is step 0 of steps.jsonl when `step` is given, else the start that
+    `step`): the mean change with its 95% interval (Student's t over the seeds' changes), then
+    each seed's start → end (change). The start is step 0 of steps.jsonl when `step` is given, else the start that
     add_start rebuilt."""
     lines = []
     for key, label in labels(groups).items():
@@ -224,7 +224,8 @@ def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
             if len(d) > 1 and statistics.stdev(d) > 0:
                 interval = stats.ttest_1samp(d, 0).confidence_interval(0.95)
                 text += f", 95% interval [{interval.low:+.3f}, {interval.high:+.3f}]"
-            lines.append(text + f" ({len(d)} seeds: {', '.join(f'{x:+.3f}' for x in d)})")
+            seeds = ", ".join(f"{a:.3f} → {b:.3f} ({b - a:+.3f})" for a, b in zip(start, end))
+            lines.append(text + f" ({len(d)} seeds: {seeds})")
     return "\n".join(lines)
 
 

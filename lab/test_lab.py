@@ -259,6 +259,7 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
     half = 4.302653 * 0.1 / math.sqrt(3)
     text = compare.changes(groups, ["mass_5x5"], 1, 200)
     assert f"start → step 200: 0.500 → 0.700, change +0.200, 95% interval [{0.2 - half:+.3f}, {0.2 + half:+.3f}]" in text
+    assert text.endswith("(3 seeds: 0.500 → 0.600 (+0.100), 0.500 → 0.700 (+0.200), 0.500 → 0.800 (+0.300))")
     table = compare.steps_table(groups, [0, 200], 1)
     assert "| quadratic | 3 | 0 | 1.00 | 1.00 (0.00-2.00) |" in table and "| quadratic | 3 | 200 | 1.00 | 3.00 (2.00-4.00) |" in table
     with pytest.raises(ValueError, match="logged no step 300"):

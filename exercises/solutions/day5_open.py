@@ -17,12 +17,12 @@ def sinusoidal_table(n: int, dim: int) -> torch.Tensor:
     return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]
 
 
-def relative_logits(u: torch.Tensor, w: torch.Tensor, r_row: torch.Tensor, r_col: torch.Tensor,
+def relative_logits(v_row: torch.Tensor, v_col: torch.Tensor, r_row: torch.Tensor, r_col: torch.Tensor,
                     H: int, W: int) -> torch.Tensor:
-    """u_h . r_row[k_row - q_row] + w_h . r_col[k_col - q_col] over every (q, k) pair: [heads, T, T]."""
+    """v_row_h . r_row[k_row - q_row] + v_col_h . r_col[k_col - q_col] over every (q, k) pair: [heads, T, T]."""
     rows, cols = torch.arange(H), torch.arange(W)
-    row_logits = (r_row @ u.T)[rows[None, :] - rows[:, None] + H - 1]  # [H, H, heads]: query row, key row
-    col_logits = (r_col @ w.T)[cols[None, :] - cols[:, None] + W - 1]  # [W, W, heads]
+    row_logits = (r_row @ v_row.T)[rows[None, :] - rows[:, None] + H - 1]  # [H, H, heads]: query row, key row
+    col_logits = (r_col @ v_col.T)[cols[None, :] - cols[:, None] + W - 1]  # [W, W, heads]
     logits = row_logits[:, None, :, None] + col_logits[None, :, None, :]  # [H, W, H, W, heads]: q = (i, j), k = (a, b)
     return logits.reshape(H * W, H * W, -1).movedim(-1, 0)  # [heads, T, T]
 
