@@ -382,12 +382,19 @@ def difference(a: list, b: list) -> dict:
 
 def differences(groups: dict, names: list, layer: int) -> str:
     """Every pair of experiments: the difference of each quantity in `names` with its 95%
-    interval and Welch's p-value (a group of one seed has no spread: no interval)."""
+    interval and Welch's p-value (a group of one seed has no spread: no interval), at their
+    final epochs; a run still training is compared at steps (--at), not here."""
     lines = []
     keys = list(labels(groups).items())
     for i, (key_a, name_a) in enumerate(keys):
         for key_b, name_b in keys[i + 1:]:
             lines.append(f"{name_a}  minus  {name_b}:")
+            unfinished = [f"{n} stopped at epoch {g[0]['metrics'][-1]['epoch']} of {g[0]['config']['epochs']}"
+                          for n, g in ((name_a, groups[key_a]), (name_b, groups[key_b]))
+                          if g[0]["metrics"][-1]["epoch"] < g[0]["config"].get("epochs", 0)]
+            if unfinished:  # a run still training: its last epoch is not the experiment's end (--at: equal steps)
+                lines.append(f"  not compared: {'; '.join(unfinished)}; --at compares steps")
+                continue
             for name in names:
                 what = name if name == "test_acc" else f"layer {layer} {name}"
                 try:

@@ -239,6 +239,10 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     text = compare.differences(groups, ["test_acc", "ring"], 1)
     assert f"test_acc: +{shift:.3f}, 95% interval [+0.000, +{2 * shift:.3f}], Welch p = 0.05 (3 and 3 seeds)" in text
     assert "layer 1 ring: not every run has ring for layer 1" in text
+    runs.append(write_run(tmp_path / "still-training", 0, [0.1, 0.2], epochs=6))  # stopped at epoch 2 of 6
+    text = compare.differences(compare.group([compare.load_run(r) for r in runs]), ["test_acc"], 1)
+    assert text.count("not compared: epochs=6 stopped at epoch 2 of 6; --at compares steps") == 2
+    assert text.count("test_acc: ") == 1  # finished runs of 1 epoch (no epochs recorded) are compared
 
 
 def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
