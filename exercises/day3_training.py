@@ -11,8 +11,9 @@ import torch
 
 def warmup_cosine(step: int, total_steps: int, warmup: float = 0.05) -> float:
     """A.4's learning-rate factor at `step` (0-based), stepped every batch: linear warm-up over
-    w = round(warmup * total_steps) steps, from 1/w at step 0 to 1 at step w - 1, then a cosine
-    from 1 at step w down to 0 at step `total_steps`: 0.5 * (1 + cos(pi * (step - w) / (total_steps - w)))."""
+    w = max(1, round(warmup * total_steps)) steps, from 1/w at step 0 to 1 at step w - 1, then a
+    cosine from 1 at step w down to 0 at step `total_steps` and 0 after it:
+    0.5 * (1 + cos(pi * min(1, (step - w) / max(1, total_steps - w))))."""
     raise NotImplementedError
 
 
