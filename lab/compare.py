@@ -203,6 +203,12 @@ def values(members: list, name: str, layer: int, step: int = None) -> list:
     return [f[name] for f in found]
 
 
+def end_of(members: list) -> str:
+    """"end", or where a run still training stopped: "epoch 2 of 6"."""
+    stopped, epochs = members[0]["metrics"][-1]["epoch"], members[0]["config"].get("epochs", 0)
+    return f"epoch {stopped} of {epochs}" if stopped < epochs else "end"
+
+
 def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
     """For each experiment, each measure's change from the run's start to its end (or to
     `step`): the mean change with its 95% interval (Student's t over the seeds' changes), then
@@ -219,7 +225,7 @@ def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
                 lines.append(f"{label}: layer {layer} {name}: {e}")
                 continue
             d = [b - a for a, b in zip(start, end)]
-            text = (f"{label}: layer {layer} {name}, start → {'end' if step is None else f'step {step}'}: "
+            text = (f"{label}: layer {layer} {name}, start → {f'step {step}' if step is not None else end_of(groups[key])}: "
                     f"{statistics.fmean(start):.3f} → {statistics.fmean(end):.3f}, change {statistics.fmean(d):+.3f}")
             if len(d) > 1 and statistics.stdev(d) > 0:
                 interval = stats.ttest_1samp(d, 0).confidence_interval(0.95)
@@ -389,9 +395,8 @@ def differences(groups: dict, names: list, layer: int) -> str:
     for i, (key_a, name_a) in enumerate(keys):
         for key_b, name_b in keys[i + 1:]:
             lines.append(f"{name_a}  minus  {name_b}:")
-            unfinished = [f"{n} stopped at epoch {g[0]['metrics'][-1]['epoch']} of {g[0]['config']['epochs']}"
-                          for n, g in ((name_a, groups[key_a]), (name_b, groups[key_b]))
-                          if g[0]["metrics"][-1]["epoch"] < g[0]["config"].get("epochs", 0)]
+            unfinished = [f"{n} stopped at {end_of(g)}" for n, g in ((name_a, groups[key_a]), (name_b, groups[key_b]))
+                          if end_of(g) != "end"]
             if unfinished:  # a run still training: its last epoch is not the experiment's end (--at: equal steps)
                 lines.append(f"  not compared: {'; '.join(unfinished)}; --at compares steps")
                 continue

@@ -243,6 +243,7 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     text = compare.differences(compare.group([compare.load_run(r) for r in runs]), ["test_acc"], 1)
     assert text.count("not compared: epochs=6 stopped at epoch 2 of 6; --at compares steps") == 2
     assert text.count("test_acc: ") == 1  # finished runs of 1 epoch (no epochs recorded) are compared
+    assert compare.end_of([compare.load_run(runs[-1])]) == "epoch 2 of 6" and compare.end_of([compare.load_run(runs[0])]) == "end"
 
 
 def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
