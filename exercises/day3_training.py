@@ -29,7 +29,9 @@ def one_pixel_heads(P: torch.Tensor, mass: float = 0.5) -> dict:
 
 def nearest_pixels(centers: torch.Tensor) -> list:
     """Each head's nearest integer shift (row, col) to its center: centers [heads, 2] ->
-    [(row, col), ...] as Python ints (the pixel a head starts "on")."""
+    [(row, col), ...] as Python ints (the pixel a head starts "on"). A tensor here, where
+    measures.nearest_pixels takes a heads.jsonl snapshot; a coordinate halfway between two
+    pixels goes to the even one, as torch.round does."""
     raise NotImplementedError
 
 
