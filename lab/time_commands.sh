@@ -6,7 +6,8 @@
 # Each command's log, OUT/NAME.log: the command, what computed it (commit, torch, CPU and its
 # matrix-unit class, threads), its output, and /usr/bin/time -v's report (wall clock, maximum
 # resident set size). Run from the project's root with nothing else on the machine. Training
-# runs are timed in their own folders (train.log); the test suite in CI.
+# runs are timed in their own folders (train.log); the test suite in CI. Committed logs, per CPU
+# class: lab/results/commands/ (AMD EPYC with AVX512-BF16), lab/results/commands/avx2/ (AVX2 only).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-runs/commands}
