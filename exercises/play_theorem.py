@@ -1,6 +1,7 @@
 """Theorem 1 to play with: K^2 quadratic heads become a K x K convolution as alpha grows.
 
-    python -m exercises.play_theorem        # a window with sliders (any desktop matplotlib backend)
+    python -m exercises.play_theorem        # a window with sliders (any desktop matplotlib backend);
+                                            # without a display, the figure to runs/play_theorem.png
 
 In a Jupyter notebook, with ipympl installed (`pip install ipympl`; not a dependency of this project):
 
@@ -8,9 +9,10 @@ In a Jupyter notebook, with ipympl installed (`pip install ipympl`; not a depend
     from exercises.play_theorem import build
     play = build()      # keep the returned object: the sliders answer only while it lives
 
-Without a display, the same figure to a PNG (the alpha slider holds log10 alpha):
+Without a display, move the sliders by name ("alpha" holds log10 alpha; "K"; "head", the chosen
+head; "row", "col", its center Delta) and save the figure:
 
-    MPLBACKEND=Agg python -c "from exercises.play_theorem import build; p = build(); p.sliders['alpha'].set_val(0.7); p.fig.savefig('theorem1.png')"
+    MPLBACKEND=Agg python -c "from exercises.play_theorem import build; p = build(); p.sliders['alpha'].set_val(0.7); p.fig.savefig('runs/theorem1.png')"
 
 The layer is prove.py's (section 3, Lemmas 1-2): `conv_to_attention` turns a random K x K
 single-channel conv (no bias, float64) into K^2 heads of eq. 9, head h centred on the kernel
@@ -38,6 +40,7 @@ of the paper's T x T layer; the top panels use the paper's eq. 9 and softmax ove
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -53,6 +56,7 @@ from attention import FastSelfAttention2d
 from prove import conv_to_attention, photo
 from runtime import fast_cpu_process
 
+NO_WINDOW = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}  # matplotlib's backends that open none
 ALPHAS = np.logspace(-1, np.log10(50), 19)  # the error curve's alphas
 ERROR_FLOOR = 1e-17  # an error of exactly 0 is drawn here on the log axes
 
@@ -300,10 +304,16 @@ def build(alpha: float = 1.0, K: int = 3, seed: int = 0, size: int = 32) -> Play
     return Play(alpha, K, seed, size)
 
 
-def main():
+def main(out: str = "runs/play_theorem.png"):
     fast_cpu_process()
-    play = build()  # noqa: F841 (held until the window closes: the sliders need it)
-    plt.show()
+    play = build()  # held until the window closes: the sliders need it
+    if plt.get_backend().lower() not in NO_WINDOW:
+        plt.show()
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # no display: nothing would show
+    play.fig.savefig(out)
+    print(f"no display (matplotlib's backend is {plt.get_backend()}): wrote {out}, the figure at its start; "
+          "this module's docstring moves the sliders without one")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from exercises.play_theorem import build, one_thread
+from exercises.play_theorem import build, main, one_thread
 from prove import conv_to_attention
 
 
@@ -82,3 +82,10 @@ def test_the_numbers_are_the_paper_layers():
     window = P[0, q].view(18, 18)[9 - 3:9 + 4, 9 - 3:9 + 4]  # head 0, shifts -3..3
     torch.testing.assert_close(torch.as_tensor(play.art["head"].get_array()), window, rtol=1e-12, atol=1e-15)
     plt.close(play.fig)
+
+
+def test_without_a_display_the_command_writes_its_figure_and_says_where(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main()
+    assert (tmp_path / "runs" / "play_theorem.png").stat().st_size > 10_000
+    assert "no display" in capsys.readouterr().out
