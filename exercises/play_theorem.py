@@ -12,7 +12,7 @@ In a Jupyter notebook, with ipympl installed (`pip install ipympl`; not a depend
 Without a display, move the sliders by name ("alpha" holds log10 alpha; "K"; "head", the chosen
 head; "row", "col", its center Delta) and save the figure:
 
-    MPLBACKEND=Agg python -c "from exercises.play_theorem import build; p = build(); p.sliders['alpha'].set_val(0.7); p.fig.savefig('runs/theorem1.png')"
+    MPLBACKEND=Agg python -c "from exercises.play_theorem import build; p = build(); p.sliders['alpha'].set_val(0.7); p.save('runs/theorem1.png')"
 
 The layer is prove.py's (section 3, Lemmas 1-2): `conv_to_attention` turns a random K x K
 single-channel conv (no bias, float64) into K^2 heads of eq. 9, head h centred on the kernel
@@ -298,22 +298,26 @@ class Play:
                      argmax=(int(peak[0]) - self.R, int(peak[1]) - self.R),
                      error=number("mhsa"), kernel_error=number("expressed"))
 
+    def save(self, path: str = "runs/play_theorem.png") -> Path:
+        """The figure as it is now, to a PNG (its folder made)."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.fig.savefig(path)
+        return Path(path)
+
 
 def build(alpha: float = 1.0, K: int = 3, seed: int = 0, size: int = 32) -> Play:
     """The interactive figure of Theorem 1 for a random K x K conv (seed) on a size x size photo."""
     return Play(alpha, K, seed, size)
 
 
-def main(out: str = "runs/play_theorem.png"):
+def main():
     fast_cpu_process()
     play = build()  # held until the window closes: the sliders need it
     if plt.get_backend().lower() not in NO_WINDOW:
         plt.show()
-        return
-    Path(out).parent.mkdir(parents=True, exist_ok=True)  # no display: nothing would show
-    play.fig.savefig(out)
-    print(f"no display (matplotlib's backend is {plt.get_backend()}): wrote {out}, the figure at its start; "
-          "this module's docstring moves the sliders without one")
+    else:  # no display: nothing would show
+        print(f"no display (matplotlib's backend is {plt.get_backend()}): wrote {play.save()}, the figure at its "
+              "start; this module's docstring moves the sliders without one")
 
 
 if __name__ == "__main__":

@@ -89,3 +89,8 @@ def test_without_a_display_the_command_writes_its_figure_and_says_where(tmp_path
     main()
     assert (tmp_path / "runs" / "play_theorem.png").stat().st_size > 10_000
     assert "no display" in capsys.readouterr().out
+    plt.close("all")
+    play = build(alpha=5.0)
+    play.sliders["alpha"].set_val(1.0)  # the docstring's route: sliders by name, then save
+    assert play.save("runs/deeper/theorem1.png").stat().st_size > 10_000
+    plt.close(play.fig)
