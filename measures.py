@@ -37,6 +37,7 @@ from attention import SelfAttention2d
 
 ONE_PIXEL = 0.5  # a head is one-pixel when it puts at least this much probability on one key
 WIDE = 0.2  # a quadratic head is wide, near a global average, when its alpha falls below this
+SHARP = 1.0  # and sharp at or above this: its Gaussian's std 1 / sqrt(2 alpha) at most 0.71 px
 
 
 def central_probs(layer: SelfAttention2d, x: torch.Tensor = None) -> torch.Tensor:
@@ -216,7 +217,8 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
 
     How far the heads went: `travel_mean`, the net distance |c_now - c_start| (px) averaged
     over every head, and `travel_one_pixel` over the heads one-pixel now (None: none); their
-    median `alpha` now and `wide`, how many have alpha below WIDE (both None for Gaussian heads).
+    median `alpha` now, `wide` and `sharp`, how many have alpha below WIDE and at least SHARP (all
+    None for Gaussian heads).
     What the start held: `start_pixels`, the distinct pixels nearest to the start's centers;
     the one-pixel heads now, `pixels` their distinct pixels (`one_pixel` of them), of which
     `already_nearest` were some head's nearest pixel at the start; `own_start` the heads on
@@ -239,6 +241,7 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
             "travel_one_pixel": moved[list(sharp)].mean().item() if sharp else None,
             "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
             "wide": sum(a < WIDE for a in now["alpha"]) if "alpha" in now else None,
+            "sharp": sum(a >= SHARP for a in now["alpha"]) if "alpha" in now else None,
             "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
             "already_nearest": held(holders, nearest),
             "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),

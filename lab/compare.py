@@ -57,6 +57,7 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "travel_one_pixel": "travel of the one-pixel heads, px",
            "path": "path: distances from logged step to step, summed; mean over all heads, px",
            "alpha": "median alpha", "wide": f"heads with alpha below {measures.WIDE}",
+           "sharp": f"heads with alpha at least {measures.SHARP}",
            "one_pixel": "distinct pixels of one-pixel heads",
            "already_nearest": "of those, a head's nearest pixel at its own start",
            "already_nearest_other": "chance: the same against another seed's start",
