@@ -226,7 +226,7 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     pixels dealt to the heads at random (a uniform permutation: exact); `shared` the pixels two
     or more of them hold and `shared_start_gap` the mean start distance (px) between heads that
     share one (None: none shared). The chance level of `already_nearest` needs another start:
-    `held(pixels, nearest_pixels(other_start))` (lab/compare.py: another seed's), or its expectation
+    `held(pixels, nearest_pixels(other_start))` (lab/experiments.py: another seed's), or its expectation
     over fresh starts, `fresh_start_held` (visualize.py)."""
     begun = torch.tensor(start["centers"])  # [heads, 2]
     nearest = nearest_pixels(start)

@@ -26,7 +26,7 @@ import records
 import train as train_lib
 import visualize as viz
 from attention import ENCODINGS, kernel_shifts
-from lab import bench, compare
+from lab import bench, compare, experiments, plots
 from measures import central_probs, layer_measures
 from records import head_snapshot
 from test_all import check_commands, flushes_subnormals, needs_cuda, not_blank, small_config
@@ -199,9 +199,9 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
             for s, acc, ring, loc in ((0, 0.5, 8, 0.7), (1, 0.6, 6, 0.8), (2, 0.7, 7, 0.6))]
     runs.append(write_run(tmp_path / "b0", 0, [0.2, 0.4], lr=0.1))
     runs.append(write_run(tmp_path / "b1", 1, [0.2, 0.4], lr=0.1, min_alpha=0.0))  # a default written out: the same
-    groups = compare.group([compare.load_run(r) for r in runs])
+    groups = experiments.group([experiments.load_run(r) for r in runs])
     assert sorted(len(g) for g in groups.values()) == [2, 3]
-    a = compare.summarize(next(g for g in groups.values() if len(g) == 3))
+    a = experiments.summarize(next(g for g in groups.values() if len(g) == 3))
     assert a["seeds"] == [0, 1, 2] and a["epochs"] == 2
     assert a["test_acc"] == pytest.approx(dict(mean=0.6, std=0.1, min=0.5, max=0.7))  # std over 3 seeds, n - 1
     assert a["minutes"] == pytest.approx(dict(mean=4.0, std=2.0, min=2.0, max=6.0))
@@ -212,11 +212,11 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
     assert (f"| lr=0.05 | not recorded | {params} | 0,1,2 | 2 | 4.0 (2.0-6.0) | 0.600 ± 0.100 (0.500-0.700) | "
             "0.700 (0.600-0.800) | 0.900 | 8.0 (7.0-9.0) | 7.0 (6.0-8.0) / 4.0 / - | 7.0 (6.0-8.0) | - |") in text
     assert f"| lr=0.1 | not recorded | {params} | 0,1 | 2 | 3.0 (2.0-4.0) | 0.400 ± 0.000 (0.400-0.400) | - | - | - | - | - | - |" in text
-    assert not_blank(compare.curves_figure(groups, tmp_path / "figs"))
+    assert not_blank(plots.curves_figure(groups, tmp_path / "figs"))
     with pytest.raises(ValueError, match="repeat a seed"):
-        compare.group([compare.load_run(runs[0]), compare.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
+        experiments.group([experiments.load_run(runs[0]), experiments.load_run(write_run(tmp_path / "again", 0, [0.3, 0.5]))])
     with pytest.raises(FileNotFoundError, match="not a run directory"):
-        compare.load_run(tmp_path)
+        experiments.load_run(tmp_path)
 
 
 def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_path):
@@ -225,7 +225,7 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     # standard errors puts the interval's lower end at 0 and the two-sided p-value at 0.05.
     se = math.sqrt(2 / 3)
     shift = 2.776445 * se
-    d = compare.difference([1.0, 2.0, 3.0], [1.0 - shift, 2.0 - shift, 3.0 - shift])
+    d = experiments.difference([1.0, 2.0, 3.0], [1.0 - shift, 2.0 - shift, 3.0 - shift])
     assert d["difference"] == pytest.approx(shift)
     assert (d["low"], d["high"]) == pytest.approx((0.0, 2 * shift), abs=1e-5)
     assert d["p"] == pytest.approx(0.05, abs=1e-5) and d["n"] == (3, 3)
@@ -233,17 +233,17 @@ def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_p
     runs = [write_run(tmp_path / f"{name}{s}", s, [acc], data=data[k])
             for k, name, accs in ((0, "a", (1.0, 2.0, 3.0)), (1, "b", (1.0 - shift, 2.0 - shift, 3.0 - shift)))
             for s, acc in enumerate(accs)]
-    groups = compare.group([compare.load_run(r) for r in runs])
+    groups = experiments.group([experiments.load_run(r) for r in runs])
     assert len(groups) == 2  # runs on different data are never one experiment
     assert "| data=CIFAR-10 | CIFAR-10 |" in compare.table(groups)
     text = compare.differences(groups, ["test_acc", "ring"], 1)
     assert f"test_acc: +{shift:.3f}, 95% interval [+0.000, +{2 * shift:.3f}], Welch p = 0.05 (3 and 3 seeds)" in text
     assert "layer 1 ring: not every run has ring for layer 1" in text
     runs.append(write_run(tmp_path / "still-training", 0, [0.1, 0.2], epochs=6))  # stopped at epoch 2 of 6
-    text = compare.differences(compare.group([compare.load_run(r) for r in runs]), ["test_acc"], 1)
+    text = compare.differences(experiments.group([experiments.load_run(r) for r in runs]), ["test_acc"], 1)
     assert text.count("not compared: epochs=6 stopped at epoch 2 of 6; --at compares steps") == 2
     assert text.count("test_acc: ") == 1  # finished runs of 1 epoch (no epochs recorded) are compared
-    assert compare.end_of([compare.load_run(runs[-1])]) == "epoch 2 of 6" and compare.end_of([compare.load_run(runs[0])]) == "end"
+    assert experiments.end_of([experiments.load_run(runs[-1])]) == "epoch 2 of 6" and experiments.end_of([experiments.load_run(runs[0])]) == "end"
 
 
 def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path, monkeypatch):
@@ -254,13 +254,13 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
     for seed, rise in enumerate((0.1, 0.2, 0.3)):
         run = write_run(tmp_path / f"s{seed}", seed, [0.3, 0.5], log_every=100 * (seed + 1))  # logging: not the experiment
         lines = [{"step": step, "train_loss": None, "heads": [None],
-                  "layers": [dict.fromkeys(compare.CURVES, 1.0) | {"mass_5x5": 0.5 + rise * step / 200,
+                  "layers": [dict.fromkeys(experiments.CURVES, 1.0) | {"mass_5x5": 0.5 + rise * step / 200,
                                                                    "one_pixel": step // 100 + seed}]}
                  for step in (0, 100, 200)]
         (run / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-        runs.append(compare.load_run(run))
-    groups = compare.group(runs)
-    assert len(groups) == 1 and compare.values(runs, "mass_5x5", 1, 200) == pytest.approx([0.6, 0.7, 0.8])
+        runs.append(experiments.load_run(run))
+    groups = experiments.group(runs)
+    assert len(groups) == 1 and experiments.values(runs, "mass_5x5", 1, 200) == pytest.approx([0.6, 0.7, 0.8])
     half = 4.302653 * 0.1 / math.sqrt(3)
     text = compare.changes(groups, ["mass_5x5"], 1, 200)
     assert f"start → step 200: 0.500 → 0.700, change +0.200, 95% interval [{0.2 - half:+.3f}, {0.2 + half:+.3f}]" in text
@@ -268,14 +268,14 @@ def test_measures_against_steps_tabulated_drawn_and_changed_from_step_0(tmp_path
     table = compare.steps_table(groups, [0, 200], 1)
     assert "| quadratic | 3 | 0 | 1.00 | 1.00 (0.00-2.00) |" in table and "| quadratic | 3 | 200 | 1.00 | 3.00 (2.00-4.00) |" in table
     with pytest.raises(ValueError, match="logged no step 300"):
-        compare.values(runs, "mass_5x5", 1, 300)
-    assert not_blank(compare.steps_figure(groups, 1, tmp_path))
+        experiments.values(runs, "mass_5x5", 1, 300)
+    assert not_blank(plots.steps_figure(groups, 1, tmp_path))
     monkeypatch.setattr(sys, "argv", ["compare.py", *(str(r["path"]) for r in runs), "--at", "0", "200",
                                       "--out", str(tmp_path / "cli")])
     compare.main()  # the command line draws the same figure
     assert not_blank(tmp_path / "cli" / "steps_layer1.png")
     with pytest.raises(ValueError, match="no run has steps.jsonl"):
-        compare.steps_figure(compare.group([compare.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
+        plots.steps_figure(experiments.group([experiments.load_run(write_run(tmp_path / "none", 0, [0.3]))]), 1, tmp_path)
 
 
 def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chance_holds(tmp_path):
@@ -296,10 +296,10 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
                  | {300: dict(centers=later[200], alpha=[0.1, 10.0, 0.2])})
         (run / "steps.jsonl").write_text("".join(json.dumps({"step": s, "train_loss": None, "layers": [{}], "heads": [h]}) + "\n"
                                                  for s, h in heads.items()))
-        return compare.load_run(run)
+        return experiments.load_run(run)
 
     runs = [run_from(f"s{seed}", seed, start) for seed in (0, 1)]
-    found = compare.run_origins(runs[0], 1)
+    found = experiments.run_origins(runs[0], 1)
     assert {k: v for k, v in found[0].items() if k not in ("shared_start_gap", "travel_one_pixel")} == dict(
         travel_mean=0.0, path=0.0, alpha=0.5, wide=0, sharp=0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
         own_start_chance=0.0, shared=0)
@@ -317,11 +317,11 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     # Another seed began nearest to (0, 1), (-1, -1), (2, 0): of seed 0's pixels it holds (0, 1)
     # at step 100 and (-1, -1) at step 200; seed 0's start holds both of its step-100 pixels.
     other = run_from("s2", 2, [[0.1, 0.9], [-1.2, -0.9], [2.1, 0.2]])
-    chance = compare.group_origins([runs[0], other], 1)
+    chance = experiments.group_origins([runs[0], other], 1)
     assert [chance[0][s]["already_nearest_other"] for s in (0, 100, 200)] == [0, 1, 1]
     assert chance[1][100]["already_nearest_other"] == 2
-    assert compare.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
-    text = compare.origins_table(compare.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
+    assert experiments.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
+    text = compare.origins_table(experiments.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
     fresh = measures.fresh_start_held([(0, 1), (1, 0)], 3, 2.0)  # a fresh start of 3 heads, the default std 2
     assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 3.00 | 2.00 | 2.00 | 2.00 "
             f"| {fresh:.2f} | 3.00 | 1.67 | 1.00 | 0.32 |") in text
@@ -329,21 +329,21 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     pooled = text.splitlines()[-1]  # the last step, the seeds' counts summed, against fresh starts
     assert pooled.startswith("layer 1, step 200, 2 seeds: their own starts held 2 of their 4 one-pixel pixels; a fresh start, ")
     assert "another seed's start" in text.splitlines()[0] and "dealt to the heads at random" in text.splitlines()[0]
-    assert compare.origins_table(compare.group(runs), [0], [1, 4]) == compare.origins_table(compare.group(runs), [0], [1])
-    assert not_blank(compare.origins_figure(compare.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
-    path = compare.origins_figure(compare.group(runs), [1], tmp_path, x="position_lr")
+    assert compare.origins_table(experiments.group(runs), [0], [1, 4]) == compare.origins_table(experiments.group(runs), [0], [1])
+    assert not_blank(plots.origins_figure(experiments.group(runs), [1, 4], tmp_path))  # layer 4: deeper models only
+    path = plots.origins_figure(experiments.group(runs), [1], tmp_path, x="position_lr")
     assert path.name == "origins_layers1_position_lr.png" and not_blank(path)
     with pytest.raises(ValueError, match="logged no heads with centers for layer 1"):
-        compare.run_origins(compare.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
+        experiments.run_origins(experiments.load_run(write_run(tmp_path / "none", 0, [0.3])), 1)
 
 
 def test_summed_position_lr_follows_the_schedule_of_the_run():
     config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic", lr=0.1, position_lr=10.0, warmup=0.25)
     factor = train_lib.warmup_cosine(8, 0.25)  # 4 steps an epoch, 2 of warm-up
     assert [factor(t) for t in (0, 1)] == [0.5, 1.0]
-    assert compare.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx(
+    assert experiments.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx(
         [0.0, 0.5, 1.5, sum(factor(t) for t in range(8))])
-    assert compare.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx(
+    assert experiments.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx(
         [0.1 * sum(factor(t) for t in range(8))])
 
 
@@ -357,11 +357,11 @@ def test_training_loss_between_logged_steps_is_recovered_from_the_running_means(
         lines = [dict(step=0, train_loss=None, layers=[])] + \
                 [dict(step=s, train_loss=running(s), layers=[]) for s in range(every, 9, every)]
         (path / "steps.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
-        runs.append(compare.load_run(path))
+        runs.append(experiments.load_run(path))
     # every 2: each interval's own mean; every 3: step 6 opens epoch 1, so from that epoch's start
-    assert compare.interval_losses(runs[0]) == pytest.approx({2: 3.0, 4: 2.0, 6: 1.0, 8: 5.0})
-    assert compare.interval_losses(runs[1]) == pytest.approx({3: 3.0, 6: 1.0})
-    assert not_blank(compare.loss_figure(compare.group(runs[:1]), tmp_path / "figs"))
+    assert experiments.interval_losses(runs[0]) == pytest.approx({2: 3.0, 4: 2.0, 6: 1.0, 8: 5.0})
+    assert experiments.interval_losses(runs[1]) == pytest.approx({3: 3.0, 6: 1.0})
+    assert not_blank(plots.loss_figure(experiments.group(runs[:1]), tmp_path / "figs"))
 
 
 def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp_path):
@@ -369,7 +369,7 @@ def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp
     train_lib.main(cfg)
     torch.manual_seed(cfg.seed)
     start = measures.layer_measures(model_lib.model_from_config(dataclasses.asdict(cfg)))[0]
-    found = compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
+    found = experiments.load_run(cfg.out)["metrics"][-1]["layers"][0]
     assert found["start_locality_3x3"] == pytest.approx(start["locality_3x3"]) and "travelled" in found
     assert found["start_locality_3x3"] != pytest.approx(found["locality_3x3"])
     heads = Path(cfg.out) / "heads.jsonl"
@@ -377,7 +377,7 @@ def test_compare_measures_a_runs_start_from_its_seed_when_heads_jsonl_agrees(tmp
     other = json.loads(lines[0])
     other["layers"][0]["centers"][0][0] += 0.01  # a start that the seed does not rebuild
     heads.write_text("\n".join([json.dumps(other)] + lines[1:]) + "\n")
-    assert "start_locality_3x3" not in compare.load_run(cfg.out)["metrics"][-1]["layers"][0]
+    assert "start_locality_3x3" not in experiments.load_run(cfg.out)["metrics"][-1]["layers"][0]
 
 
 def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
@@ -387,11 +387,11 @@ def test_each_seeds_fig2_side_by_side_from_heads_jsonl(tmp_path):
         snapshots = [{"epoch": e, "layers": [{"centers": (kernel * (0.5 + e)).tolist(), "alpha": [0.5 + 2 * e] * 9}]}
                      for e, kernel in enumerate([attention.kernel_shifts(9)] * 3)]
         (run / "heads.jsonl").write_text("".join(json.dumps(s) + "\n" for s in snapshots))
-        runs.append(compare.load_run(run))
-    path = compare.grids_figure(runs + [compare.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
+        runs.append(experiments.load_run(run))
+    path = plots.grids_figure(runs + [experiments.load_run(write_run(tmp_path / "no-heads", 2, [0.4]))], 1, tmp_path)
     assert path.name == "fig2_side_by_side_layer1.png" and not_blank(path)
     with pytest.raises(ValueError, match="no run has head centers"):
-        compare.grids_figure([compare.load_run(tmp_path / "no-heads")], 1, tmp_path)
+        plots.grids_figure([experiments.load_run(tmp_path / "no-heads")], 1, tmp_path)
 
 
 def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
@@ -401,10 +401,10 @@ def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
     torch.testing.assert_close(central, measures.central_probs(net.attention_layers[0]), atol=5e-5, rtol=0)
     run = write_run(tmp_path / "learned-s0", 0, [0.4], encoding="learned")
     (run / "heads.jsonl").write_text(json.dumps({"epoch": 1, "layers": snapshot}) + "\n")
-    runs = [compare.load_run(run), compare.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
-    assert not_blank(compare.maps_figure(runs, 1, tmp_path))
+    runs = [experiments.load_run(run), experiments.load_run(write_run(tmp_path / "no-heads", 1, [0.4]))]
+    assert not_blank(plots.maps_figure(runs, 1, tmp_path))
     with pytest.raises(ValueError, match="no run has central-query probabilities"):
-        compare.maps_figure(runs[1:], 1, tmp_path)
+        plots.maps_figure(runs[1:], 1, tmp_path)
 
 
 # ---- The notebook: every run it holds is cited, every command it shows is accepted -----------
@@ -433,9 +433,9 @@ def test_a_runs_config_is_read_as_the_model_it_built_never_refused():
     were refused for them: their models had nothing those settings touch, and build without them."""
     config = json.loads((ROOT / "lab/results/reviewer/learned-s0/config.json").read_text())
     assert config["grid_start"] and config["min_alpha"] == 1.0
-    assert model_lib.count_parameters(model_lib.model_from_config(compare.with_defaults(config))) == 127_562  # RESULTS 7.1
+    assert model_lib.count_parameters(model_lib.model_from_config(experiments.with_defaults(config))) == 127_562  # RESULTS 7.1
     config = json.loads((ROOT / "lab/results/reviewer/gaussian-s0/config.json").read_text())
-    assert model_lib.model_from_config(compare.with_defaults(config)).attention_layers[0].encoding.centers.shape == (9, 2)
+    assert model_lib.model_from_config(experiments.with_defaults(config)).attention_layers[0].encoding.centers.shape == (9, 2)
     with pytest.raises(ValueError, match="grid_start moves head centers"):  # a new command is still refused
         model_lib.build_model("learned", grid_start=True)
 
