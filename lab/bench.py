@@ -4,8 +4,8 @@
     python -m lab.bench --quick            # the small smoke version the tests run
     python -m lab.bench --json bench.json  # also the numbers with device, torch and commit, after each table
 
-0. Peak: an n x n matrix product in fp32 and in bf16, the ceiling of every figure below
-   (timed beside every model row; the headline is the best of them).
+0. Peak: an n x n matrix product in fp32 and in bf16 (n = 2048; on a GPU 8192), the ceiling
+   of every figure below (timed beside every model row; the headline is the best of them).
 1. Layer: SelfAttention2d at the paper's size (16 x 16 grid, dim 400, 9 heads; batch 100 on
    a GPU, 16 on the CPU), forward + backward, the paper's SelfAttention2d ("dense": the
    T x T product, as the authors' code does it) against FastSelfAttention2d ("fast", what
@@ -27,7 +27,8 @@
    to zero, in one thread. Its probabilities exp(-alpha d^2) underflow through the subnormal
    range; Intel cores compute those through slow microcode, so every script flushes them.
 
-Times are the fastest of the repeats after warm-up, and what a row compares (dense, fast and
+Times are the fastest of the repeats after warm-up (on a GPU, each repeat the mean of 5 calls
+between synchronizations, as training queues its steps), and what a row compares (dense, fast and
 the Linear floor; fp32 and bf16) runs interleaved, one repeat of each in turn: on a shared
 CPU, neighbours slow some repeats by 20-50%, and ratios taken side by side stay put. Memory
 is the peak allocated on a GPU; on the CPU, where PyTorch keeps no such counter, it is the
@@ -57,6 +58,10 @@ class Config:
     devices: str = option("auto", "comma-separated, e.g. cpu,cuda (auto: every device present)")
 
 
+GPU_CALLS = 5  # calls a timed round makes on a GPU between synchronizations
+PEAK_N = {"cpu": 2048, "cuda": 8192}  # the peak's n x n: on an H100 a 2048 bf16 product is over in about 0.1 ms
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -79,7 +84,10 @@ def saved_bytes(fn) -> int:
 def measure(steps: dict, device, repeats: int, warmup: int = 2) -> dict:
     """{name: fastest seconds of step()} over `repeats` rounds that each run every step once,
     after warm-up. Steps compared in one row run side by side, so they see the same machine;
-    on a shared CPU the fastest repeat is the one its neighbours disturbed least."""
+    on a shared CPU the fastest repeat is the one its neighbours disturbed least. On a GPU a
+    round times GPU_CALLS calls between two synchronizations, as training queues its steps:
+    a sync around each call would add the launches of every call to its time."""
+    calls = GPU_CALLS if device.type == "cuda" else 1
     for step in steps.values():
         for _ in range(warmup):
             step()
@@ -88,9 +96,10 @@ def measure(steps: dict, device, repeats: int, warmup: int = 2) -> dict:
         for name, step in steps.items():
             sync(device)
             start = time.perf_counter()
-            step()
+            for _ in range(calls):
+                step()
             sync(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append((time.perf_counter() - start) / calls)
     return {name: min(t) for name, t in times.items()}
 
 
@@ -255,7 +264,7 @@ def bench_models(device, cfg: Config) -> list:
     ran about 10x slower than fp32 (RESULTS.md), and these rows would take hours."""
     precision, reason = choose_precision(device)
     dtypes = (torch.float32, torch.bfloat16) if precision == "bf16" else (torch.float32,)
-    peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else 2048) for d in dtypes}
+    peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else PEAK_N.get(device.type, 2048)) for d in dtypes}
     rows = [] if precision == "bf16" else [dict(device=str(device), kind="untimed", name="bfloat16", reason=reason)]
     for row, name, overrides, batch in model_sizes(cfg.quick, device.type == "cuda", cfg.compile):
         torch.manual_seed(0)

@@ -130,6 +130,18 @@ def test_a_training_step_dispatches_fewer_operators_than_a_step_of_the_per_param
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_bench_times_queued_calls_on_a_gpu_and_one_call_on_the_cpu(monkeypatch):
+    """A GPU round times GPU_CALLS calls between two synchronizations (their launches overlap the
+    work, as training's steps do), divided by GPU_CALLS; a CPU round times one call."""
+    calls = []
+    monkeypatch.setattr(bench, "sync", lambda device: calls.append("sync"))
+    for device, per_round in ((torch.device("cpu"), 1), (torch.device("cuda"), bench.GPU_CALLS)):
+        calls.clear()
+        bench.measure({"step": lambda: calls.append("step")}, device, repeats=3, warmup=2)
+        timed = "".join("s" if c == "sync" else "x" for c in calls[2:])  # after the warm-up's 2 calls
+        assert calls[:2] == ["step", "step"] and timed == ("s" + "x" * per_round + "s") * 3
+
+
 def test_bench_asking_for_cuda_without_it_is_refused_in_one_line():
     result = subprocess.run([sys.executable, "-m", "lab.bench", "--devices", "cuda"], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)
