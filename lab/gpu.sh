@@ -12,7 +12,9 @@
 # limit it is stopped with SIGINT and saves at a batch boundary, its finished epochs kept
 # (continue with python train.py --resume OUT/width400). Then bench's CUDA tables for at most
 # GPU_BENCH_SECONDS (default 90), each written to OUT/bench.json as it finishes; a bench that
-# fails costs the runs nothing. Arguments after OUT go to both runs (the tests shrink them).
+# fails costs the runs nothing. Last, the tests that need a GPU (pytest -m gpu) for at most
+# GPU_TEST_SECONDS (default 60; 0: none) into OUT/pytest-gpu.log. Arguments after OUT go to
+# both runs (the tests shrink them).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=$(realpath -m "${1:-$root/data}")  # the caller's paths, before moving to the project's root
@@ -34,4 +36,9 @@ train width64 --dim 64 "$@" &
 wait
 timeout -k 10 "${GPU_BENCH_SECONDS:-90}" python3 -m lab.bench --devices cuda --repeats 5 --json "$out/bench.json" \
     > "$out/bench.txt" 2>&1 || echo "bench: exit $? (the runs are kept)" | tee -a "$out/bench.txt"
+if (( ${GPU_TEST_SECONDS:-60} > 0 )); then
+    timeout -k 10 "${GPU_TEST_SECONDS:-60}" python3 -m pytest -q -rs -m gpu -p no:cacheprovider test_all.py lab/test_lab.py \
+        > "$out/pytest-gpu.log" 2>&1
+    echo "tests that need a GPU: exit $? (0: passed; without a GPU, skipped)" | tee -a "$out/pytest-gpu.log"
+fi
 exit 0

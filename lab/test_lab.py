@@ -36,19 +36,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---- The GPU command and bench.py ------------------------------------------------------------
 
-def gpu_command(out: Path, *flags, seconds: int = 300) -> subprocess.CompletedProcess:
+def gpu_command(out: Path, *flags, seconds: int = 300, tests: int = 0) -> subprocess.CompletedProcess:
     """lab/gpu.sh, its runs shrunk by appended flags, its bench made to fail: stopped after 1 s
-    (and on a machine without CUDA refused at once)."""
+    (and on a machine without CUDA refused at once); its GPU tests for `tests` seconds (0: none)."""
     return subprocess.run(["bash", "lab/gpu.sh", "data", str(out), *flags], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="1"), timeout=600)
+                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="1",
+                                   GPU_TEST_SECONDS=str(tests)), timeout=600)
 
 
 @pytest.mark.slow
 def test_the_gpu_command_trains_both_widths_first_and_a_failing_bench_costs_nothing(tmp_path):
     shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--ffn-dim", "16", "--heads", "4",
               "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
-    result = gpu_command(tmp_path, *shrink)
+    result = gpu_command(tmp_path, *shrink, tests=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    log = (tmp_path / "pytest-gpu.log").read_text()  # then the tests that need a GPU (without one, skipped)
+    assert "tests that need a GPU: exit 0" in log and (torch.cuda.is_available() or "needs a CUDA GPU" in log), log[-2000:]
     configs = {}
     for name in ("width400", "width64"):
         run = tmp_path / name
