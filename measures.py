@@ -184,9 +184,9 @@ def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> 
     many of the heads that are one-pixel at `end` moved `far` pixels or more. `layer` gives
     the grid and encoding (its own weights are not used)."""
     moved = (torch.tensor(end["centers"]) - torch.tensor(start["centers"])).norm(dim=1)  # [heads]
-    sharp = one_pixel_heads(layer_at(layer, end))
+    on_pixel = one_pixel_heads(layer_at(layer, end))
     return {"travel": [round(d, 4) for d in moved.tolist()], "travel_mean": moved.mean().item(),
-            "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= far for h in sharp)}
+            "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= far for h in on_pixel)}
 
 
 def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
@@ -217,8 +217,10 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
 
     How far the heads went: `travel_mean`, the net distance |c_now - c_start| (px) averaged
     over every head, and `travel_one_pixel` over the heads one-pixel now (None: none); their
-    median `alpha` now, `wide` and `sharp`, how many have alpha below WIDE and at least SHARP (all
-    None for Gaussian heads).
+    median `alpha` now, `wide` and `sharp`, how many have alpha below WIDE and at least SHARP, and
+    `sharp_began_nearest`, how many of those k sharp heads were among the k that began nearest the
+    query, against `sharp_began_nearest_chance` = k^2 / heads, its mean for k heads drawn at random
+    (all None for Gaussian heads).
     What the start held: `start_pixels`, the distinct pixels nearest to the start's centers;
     the one-pixel heads now, `pixels` their distinct pixels (`one_pixel` of them), of which
     `already_nearest` were some head's nearest pixel at the start; `own_start` the heads on
@@ -230,22 +232,26 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     over fresh starts, `fresh_start_held` (visualize.py)."""
     begun = torch.tensor(start["centers"])  # [heads, 2]
     nearest = nearest_pixels(start)
-    sharp = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
+    on_pixel = one_pixel_heads(layer_at(layer, now))  # {head: its pixel}
     holders = {}
-    for h, pixel in sharp.items():
+    for h, pixel in on_pixel.items():
         holders.setdefault(pixel, []).append(h)
     gaps = [(begun[a] - begun[b]).norm().item() for heads in holders.values() if len(heads) > 1
             for i, a in enumerate(heads) for b in heads[i + 1:]]
     moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)  # [heads]
+    sharp = [h for h, a in enumerate(now.get("alpha", [])) if a >= SHARP]
+    began_nearest = begun.norm(dim=1).argsort(stable=True)[:len(sharp)].tolist()  # the k nearest the query
     return {"travel_mean": moved.mean().item(),
-            "travel_one_pixel": moved[list(sharp)].mean().item() if sharp else None,
+            "travel_one_pixel": moved[list(on_pixel)].mean().item() if on_pixel else None,
             "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
             "wide": sum(a < WIDE for a in now["alpha"]) if "alpha" in now else None,
-            "sharp": sum(a >= SHARP for a in now["alpha"]) if "alpha" in now else None,
+            "sharp": len(sharp) if "alpha" in now else None,
+            "sharp_began_nearest": len(set(sharp) & set(began_nearest)) if "alpha" in now else None,
+            "sharp_began_nearest_chance": len(sharp) ** 2 / len(begun) if "alpha" in now else None,
             "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
             "already_nearest": held(holders, nearest),
-            "own_start": sum(nearest[h] == pixel for h, pixel in sharp.items()),
-            "own_start_chance": sum(nearest.count(pixel) for pixel in sharp.values()) / len(nearest),
+            "own_start": sum(nearest[h] == pixel for h, pixel in on_pixel.items()),
+            "own_start_chance": sum(nearest.count(pixel) for pixel in on_pixel.values()) / len(nearest),
             "shared": sum(len(heads) > 1 for heads in holders.values()),
             "shared_start_gap": sum(gaps) / len(gaps) if gaps else None}
 

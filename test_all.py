@@ -1459,7 +1459,7 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
         "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
-        "alpha", "wide", "sharp", "start_pixels", "pixels", "already_nearest", "own_start", "own_start_chance", "shared",
+        "alpha", "wide", "sharp", "sharp_began_nearest", "sharp_began_nearest_chance", "start_pixels", "pixels", "already_nearest", "own_start", "own_start_chance", "shared",
         "shared_start_gap", "travel_one_pixel", "path_mean", "already_nearest_chance"}
     assert all(not_blank(p) for p in written if p.suffix in (".png", ".gif"))
     at_init = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "init"), at_init=True))

@@ -43,6 +43,8 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "path": "path: distances from logged step to step, summed; mean over all heads, px",
            "alpha": "median alpha", "wide": f"heads with alpha below {measures.WIDE}",
            "sharp": f"heads with alpha at least {measures.SHARP}",
+           "sharp_began_nearest": "of those k, among the k heads that began nearest the query",
+           "sharp_began_nearest_chance": "chance: k heads drawn at random (k^2 / heads)",
            "one_pixel": "distinct pixels of one-pixel heads",
            "already_nearest": "of those, a head's nearest pixel at its own start",
            "already_nearest_other": "chance: the same against another seed's start",

@@ -302,6 +302,8 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     # their own. At step 200 head 0 moved to (-1, -1): a pixel no head began nearest to (4/3
     # expected); its path is 0.2 + 2.24 px. Alpha 0.5 at the start: no one-pixel head. At step 300
     # heads 0 and 2 widen to alpha 0.1 and 0.2: one is below WIDE = 0.2, one (head 1) still SHARP.
+    # The heads began 0.91, 1.20, 1.12 px from the query: head 1, the one sharp head at step 300, began
+    # farthest, not among the 1 nearest (chance 1^2 / 3); all 3 sharp at step 100 are the 3 nearest (3^2 / 3).
     start = [[0.1, 0.9], [1.2, -0.1], [1.1, 0.2]]
     later = {100: [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], 200: [[-1.0, -1.0], [1.0, 0.0], [1.0, 0.0]]}
 
@@ -316,19 +318,22 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     runs = [run_from(f"s{seed}", seed, start) for seed in (0, 1)]
     found = experiments.run_origins(runs[0], 1)
     assert {k: v for k, v in found[0].items() if k not in ("shared_start_gap", "travel_one_pixel")} == dict(
-        travel_mean=0.0, path=0.0, alpha=0.5, wide=0, sharp=0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
+        travel_mean=0.0, path=0.0, alpha=0.5, wide=0, sharp=0, sharp_began_nearest=0,
+        sharp_began_nearest_chance=0.0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
         own_start_chance=0.0, shared=0)
     assert found[0]["shared_start_gap"] is None and found[0]["travel_one_pixel"] is None  # none shared, none one-pixel
     moved = [math.hypot(0.1, 0.1), math.hypot(0.2, 0.1), math.hypot(0.1, 0.2)]
     assert found[100].pop("pixels") == [(0, 1), (1, 0)] and found[200]["pixels"] == [(-1, -1), (1, 0)]
     assert found[100] == pytest.approx(dict(travel_mean=sum(moved) / 3, travel_one_pixel=sum(moved) / 3, path=sum(moved) / 3,
-                                            alpha=10.0, wide=0, sharp=3, start_pixels=2, one_pixel=2, already_nearest=2, own_start=3, own_start_chance=5 / 3, shared=1,
+                                            alpha=10.0, wide=0, sharp=3, sharp_began_nearest=3,
+                                            sharp_began_nearest_chance=3.0, start_pixels=2, one_pixel=2, already_nearest=2, own_start=3, own_start_chance=5 / 3, shared=1,
                                             shared_start_gap=math.sqrt(0.1)))
     assert found[200]["one_pixel"] == 2 and found[200]["already_nearest"] == 1 and found[200]["own_start"] == 2
     assert found[200]["own_start_chance"] == pytest.approx(4 / 3)
     assert found[200]["path"] == pytest.approx((sum(moved) + math.hypot(1, 2)) / 3)  # head 0: (0, 1) -> (-1, -1)
     assert found[200]["travel_mean"] == pytest.approx((math.hypot(1.1, 1.9) + sum(moved[1:])) / 3)
-    assert found[300]["wide"] == 1 and found[300]["sharp"] == 1 and found[300]["one_pixel"] == 1  # only head 1 still sharp
+    assert found[300]["wide"] == 1 and found[300]["sharp"] == 1 and found[300]["one_pixel"] == 1
+    assert found[300]["sharp_began_nearest"] == 0 and found[300]["sharp_began_nearest_chance"] == pytest.approx(1 / 3)  # only head 1 still sharp
     # Another seed began nearest to (0, 1), (-1, -1), (2, 0): of seed 0's pixels it holds (0, 1)
     # at step 100 and (-1, -1) at step 200; seed 0's start holds both of its step-100 pixels.
     other = run_from("s2", 2, [[0.1, 0.9], [-1.2, -0.9], [2.1, 0.2]])
@@ -338,9 +343,9 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     assert experiments.group_origins(runs[:1], 1)[0][100]["already_nearest_other"] is None  # one seed: no other start
     text = compare.origins_table(experiments.group(runs), [0, 100, 200], [1])  # two seeds of one start: chance = own
     fresh = measures.fresh_start_held([(0, 1), (1, 0)], 3, 2.0)  # a fresh start of 3 heads, the default std 2
-    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 3.00 | 2.00 | 2.00 | 2.00 "
+    assert ("| quadratic | 2 | 1 | 100 | 2.00 | 0.20 | 0.20 | 0.20 | 10.00 | 0.00 | 3.00 | 3.00 | 3.00 | 2.00 | 2.00 | 2.00 "
             f"| {fresh:.2f} | 3.00 | 1.67 | 1.00 | 0.32 |") in text
-    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
+    assert "| quadratic | 2 | 1 | 0 | 2.00 | 0.00 | - | 0.00 | 0.50 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | - |" in text
     pooled = text.splitlines()[-1]  # the last step, the seeds' counts summed, against fresh starts
     assert pooled.startswith("layer 1, step 200, 2 seeds: their own starts held 2 of their 4 one-pixel pixels; a fresh start, ")
     assert "another seed's start" in text.splitlines()[0] and "dealt to the heads at random" in text.splitlines()[0]
