@@ -239,21 +239,21 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     gaps = [(begun[a] - begun[b]).norm().item() for heads in holders.values() if len(heads) > 1
             for i, a in enumerate(heads) for b in heads[i + 1:]]
     moved = (torch.tensor(now["centers"]) - begun).norm(dim=1)  # [heads]
-    sharp = [h for h, a in enumerate(now.get("alpha", [])) if a >= SHARP]
-    began_nearest = begun.norm(dim=1).argsort(stable=True)[:len(sharp)].tolist()  # the k nearest the query
-    return {"travel_mean": moved.mean().item(),
-            "travel_one_pixel": moved[list(on_pixel)].mean().item() if on_pixel else None,
-            "alpha": torch.tensor(now["alpha"]).median().item() if "alpha" in now else None,
-            "wide": sum(a < WIDE for a in now["alpha"]) if "alpha" in now else None,
-            "sharp": len(sharp) if "alpha" in now else None,
-            "sharp_began_nearest": len(set(sharp) & set(began_nearest)) if "alpha" in now else None,
-            "sharp_began_nearest_chance": len(sharp) ** 2 / len(begun) if "alpha" in now else None,
-            "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
-            "already_nearest": held(holders, nearest),
-            "own_start": sum(nearest[h] == pixel for h, pixel in on_pixel.items()),
-            "own_start_chance": sum(nearest.count(pixel) for pixel in on_pixel.values()) / len(nearest),
-            "shared": sum(len(heads) > 1 for heads in holders.values()),
-            "shared_start_gap": sum(gaps) / len(gaps) if gaps else None}
+    spreads = dict.fromkeys(("alpha", "wide", "sharp", "sharp_began_nearest", "sharp_began_nearest_chance"))
+    if "alpha" in now:  # quadratic heads
+        sharp = [h for h, a in enumerate(now["alpha"]) if a >= SHARP]
+        began_nearest = begun.norm(dim=1).argsort(stable=True)[:len(sharp)].tolist()  # the k nearest the query
+        spreads = dict(alpha=torch.tensor(now["alpha"]).median().item(), wide=sum(a < WIDE for a in now["alpha"]),
+                       sharp=len(sharp), sharp_began_nearest=len(set(sharp) & set(began_nearest)),
+                       sharp_began_nearest_chance=len(sharp) ** 2 / len(begun))
+    return spreads | {"travel_mean": moved.mean().item(),
+                       "travel_one_pixel": moved[list(on_pixel)].mean().item() if on_pixel else None,
+                       "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
+                       "already_nearest": held(holders, nearest),
+                       "own_start": sum(nearest[h] == pixel for h, pixel in on_pixel.items()),
+                       "own_start_chance": sum(nearest.count(pixel) for pixel in on_pixel.values()) / len(nearest),
+                       "shared": sum(len(heads) > 1 for heads in holders.values()),
+                       "shared_start_gap": sum(gaps) / len(gaps) if gaps else None}
 
 
 def held(pixels, nearest: list) -> int:

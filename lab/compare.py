@@ -54,7 +54,6 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
 
 
-
 @dataclass
 class Config:
     runs: list = option([], "run directories (config.json and metrics.jsonl)", nargs="+")
