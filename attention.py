@@ -59,8 +59,9 @@ def shift_table(H: int, W: int) -> torch.Tensor:
 
 
 class Quadratic(nn.Module):
-    """Eq. 9 / 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head:
-    an inverse width, the larger alpha the narrower the head.
+    """Eq. 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head:
+    an inverse width, the larger alpha the narrower the head. Eq. 9's v^T r_delta is the same
+    plus alpha ||Delta||^2, a constant of the head that the softmax removes (eq. 14).
 
     alpha = min_alpha + sqrt_2alpha^2 / 2, positive by construction (the authors' code: alpha =
     s^2 / 2, s = 1 + 0.01 N(0, 1), so alpha starts near 0.5). `min_alpha` (default 0, a buffer
@@ -182,8 +183,10 @@ class SelfAttention2d(nn.Module):
     """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12), as the paper writes it.
 
     x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
-    dim-dimensional input with its probabilities (D_h = D_out = dim, section 4.3 (ii)); the results
-    are concatenated and projected by `W_out = Linear(heads * dim, out_dim)`. The logits are
+    dim-dimensional input with its probabilities (W_val^(h) = I, so D_h = dim; the network also
+    has D_out = dim, section 4.3 (ii)); the results are concatenated and projected by
+    `W_out = Linear(heads * dim, out_dim)`, whose h-th block is eq. 11's W^(h) = W_val^(h) W_out[h]:
+    any dim x out_dim matrix, which is all that Lemma 1's D_h >= D_out is there to give. The logits are
     the encoding's (position only) unless `content=True` adds eq. 8's first term, the data
     term x_q W_qry W_key^T x_k, scaled by 1 / sqrt(D_k) as in Vaswani et al.; eq. 8's mixed
     terms are not used. `dropout` acts on the probabilities (the authors' code).

@@ -5,7 +5,7 @@
 Images stay uint8 on the training device; augmentation (random crop 32 with 4 pixels of
 zero padding, horizontal flip) and normalization run on whole batches there, with no
 per-image Python work and no DataLoader workers. Every random choice of an epoch (the
-order, the crops, the flips) is a function of (seed, epoch, batch), so a run resumed in
+order, the crops, the flips) is a function of (seed, epoch, batch, process), so a run resumed in
 the middle of an epoch sees exactly the batches it would have seen.
 
 Also a `synthetic` set, made in memory in a second, for smoke runs, tests and CPU demos:

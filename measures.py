@@ -5,7 +5,9 @@ Every measure here is ours: the paper shows its heads in figures and counts noth
     from measures import measures, travel
     measures(layer)   # {"locality_3x3": 0.81, "one_pixel": 7, "ring": 5, "sides": 4, ...}
 
-Every measure looks at the central query of the grid, as the paper's figures do.
+The measures of probability look at the central query of the grid, as the paper's figures do
+(overlap alone averages over every query). They describe the attention layer, SelfAttention2d: in
+the network a Linear shared by all heads follows it (model.Block's attention_out), which they leave out.
 - locality_3x3, locality_5x5: the share of the query's kernel energy inside a 3x3 (5x5)
   window: the layer is a convolution (the converse of Theorem 1, prove.attention_to_conv) whose
   kernel at each shift sums the heads' value maps W^(h) weighted by their probabilities; 1.0

@@ -3,8 +3,8 @@
     python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2, and of a training step
 
 What it prints, in seconds on a CPU: quadratic 12,086,844 parameters (paper 12.1M), learned
-12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs per image for the attention
-networks (paper 6.2B) and 1.11B for ResNet18 (1.1B), counted as 2 x the multiply-adds of
+12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs per image for the paper's
+encodings (paper 6.2B) and 1.11B for ResNet18 (1.1B), counted as 2 x the multiply-adds of
 Linear and Conv2d layers: the paper does not say how it counts; this count (ours) matches it.
 
 SelfAttentionNet (shapes as in the authors' code, so parameter counts match the paper):
@@ -169,17 +169,11 @@ def paper_flops(model: nn.Module, image_size: int = 32) -> int:
     """FLOPs per image, 2 x multiply-adds of Linear and Conv2d only: the paper does not define its
     count; this convention (ours) reproduces its Tables 1-2 (6.2B, 1.1B)."""
     macs = []
-    folded = {m.W_out for m in model.modules() if isinstance(m, SelfAttention2d)}
 
     def hook(m, inputs, out):
-        if isinstance(m, SelfAttention2d):  # W_out counted here, at the layer's output, on every path
-            per_output = m.W_out.in_features
-        else:
-            per_output = m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()
-        macs.append(out.numel() * per_output)
+        macs.append(out.numel() * (m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()))
 
-    handles = [m.register_forward_hook(hook) for m in model.modules()
-               if isinstance(m, (nn.Linear, nn.Conv2d, SelfAttention2d)) and m not in folded]
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
     with torch.no_grad():
         model.eval()(an_image(model, image_size))
     for h in handles:

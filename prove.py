@@ -20,7 +20,8 @@ Borders, which the paper does not discuss: the convolution pads with zeros, so t
 are the input padded with K//2 rings of zero tokens; outputs are kept for the original
 pixels only. Without this a border head would attend to the nearest pixel inside the image.
 
-Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1) and learnability, where
+Also: the 1-D case (K heads, D_p = 2, remark after Theorem 1: the 2-D encoding on a one-row grid,
+where r_delta = (delta^2, 0, delta) has two live coordinates) and learnability, where
 gradient descent fits a 9-head layer to a random 3 x 3 convolution and the heads' centers
 move toward the 3 x 3 grid of shifts (ours, not the paper's: `python prove.py` prints how
 close each ends; in 1,000 steps they stop a third to two thirds of a pixel short). Below the
@@ -168,8 +169,8 @@ def learnability(cfg: Config):
 
 # ---- the converse: a position-only layer is a sum of normalized convolutions -----------------
 # Every position-only layer, of any encoding, is a sum of normalized convolutions with
-# full-image kernels, one per head. measures.py uses it to say how close a trained layer is to
-# Lemma 1's construction.
+# full-image kernels, one per head. measures.locality uses the same decomposition to say how close a
+# trained layer is to Lemma 1's construction.
 
 class AttentionAsConv(nn.Module):
     """The converse of Theorem 1: a position-only layer (content=False, any encoding) computed

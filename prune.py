@@ -35,7 +35,8 @@ from runtime import PRECISIONS, TrainingError, choose_precision, command_line, o
 @dataclass
 class Config:
     checkpoint: str = option("", "checkpoint file or run directory")
-    eigenvalue_below: float = option(1e-5, "prune Gaussian heads whose largest eigenvalue of Sigma^-1 is below this")
+    eigenvalue_below: float = option(1e-5, "prune heads whose largest eigenvalue of Sigma^-1 is below this "
+                                           "(a quadratic head's Sigma^-1: 2 alpha I)")
     condition_above: float = option(1e5, "prune Gaussian heads whose Sigma^-1 has a larger condition number "
                                          "(the paper's text says 1e5; the authors' code used 1e3)")
     epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")

@@ -84,12 +84,16 @@ def model_from_checkpoint(checkpoint: dict, at_init: bool = False) -> nn.Module:
     return model
 
 
+def is_pruned(run: Path) -> bool:
+    """A run of prune.py's: it holds kept_heads.json (a list of heads per layer alone may be a run's flags)."""
+    return (run / "kept_heads.json").exists()
+
+
 def kept_heads(run: Path, model: nn.Module) -> list:
     """Each layer's original head numbers: a pruned run keeps them in kept_heads.json, so its
     heads carry the numbers and colours of the unpruned figures."""
-    path = run / "kept_heads.json"
-    if path.exists():
-        return json.loads(path.read_text())["layers"]
+    if is_pruned(run):
+        return json.loads((run / "kept_heads.json").read_text())["layers"]
     return [list(range(layer.heads)) for layer in model.attention_layers]
 
 

@@ -23,6 +23,7 @@ import platform
 import random
 import re
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -1467,6 +1468,23 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     assert not_blank(at_init[1])
 
 
+def test_fig7_is_a_pruned_runs_and_a_list_of_heads_alone_does_not_make_one(gaussian_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(gaussian_run, run)
+    checkpoint, _ = records.load_checkpoint(run)
+    config = checkpoint["config"]
+    assert isinstance(config["heads"], int)  # a list below as a run's flags would give it, `--heads 4 4`: not pruned
+    listed = config | {"heads": [config["heads"]] * config["layers"]}
+    torch.save(checkpoint | {"config": listed}, run / "checkpoint.pt")
+    (run / "config.json").write_text(json.dumps(listed))
+
+    def accuracy_figures(out):
+        return [p.name for p in viz.visualize(viz.Config(run=str(run), out=str(tmp_path / out))) if "accuracy" in p.name]
+    assert accuracy_figures("unpruned") == ["fig4_test_accuracy.png"]
+    (run / "kept_heads.json").write_text(json.dumps({"layers": [list(range(config["heads"]))] * config["layers"]}))
+    assert accuracy_figures("pruned") == ["fig7_test_accuracy.png"]
+
+
 def test_fig5_for_a_content_model(tmp_path):
     cfg = small_config(tmp_path, encoding="learned", content=True, epochs=1)
     train_lib.main(cfg)
@@ -1580,6 +1598,19 @@ def test_every_command_in_the_readme_runs_as_written():
     assert {script for script, _ in commands} >= {"prove", "model", "train", "visualize", "prune"}
     outs = [argv[argv.index("--out") + 1] for script, argv in commands if script == "train" and "--out" in argv]
     assert len(outs) == len(set(outs)), outs
+
+
+def test_the_students_path_is_at_most_1000_lines_with_the_training_loop_whole_in_train_py():
+    """README's reading order, each file to its first `# ----` line, holds the paper's path in at most 1,000
+    lines, and train.py's part holds the whole loop: epochs, forward, loss, backward, step, evaluation, checkpoint."""
+    path = ["attention.py", "prove.py", "model.py", "data.py", "train.py"]
+    order = README.read_text().split("**Read in the paper's order,**")[1].split("then")[0]
+    assert re.findall(r"`(\w+\.py)`", order) == path
+    parts = {name: (README.parent / name).read_text().split("\n# ----")[0] for name in path}
+    assert sum(len(part.splitlines()) for part in parts.values()) <= 1000
+    for step in ("for epoch in", "net(images)", "loss_fn(logits, labels)", ".backward()", "scaler.step(optimizer)",
+                 "schedule.step()", "evaluate(", "save_checkpoint(", "restore("):
+        assert step in parts["train.py"], step
 
 
 def test_the_readme_is_the_students_page():

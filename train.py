@@ -8,7 +8,7 @@
 
 Read top to bottom: the settings (Config, A.4's defaults), the optimizer and its schedule,
 one epoch of training (`train_epoch`: forward, loss, backward, step, under autocast and a
-gradient scaler; each step counted, its loss checked, logged, and a stop signal read before
+gradient scaler; each step counted, its loss checked every 50 steps, logged, and a stop signal read before
 the next), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule, resume,
 and the loop over epochs, which saves a checkpoint after every epoch and at a Ctrl-C. Below
 the `# ----` line: the presets and the flags' checks. What a long run needs besides (the
@@ -60,7 +60,7 @@ class Config:
     spread_hold: float = option(0.0, "fraction of the steps during which every head's spread keeps its start "
                                      "while the centers move (paper: 0); the spread is set by quadratic alpha or "
                                      "gaussian Sigma^-1/2, inverse widths: the larger, the narrower the head")
-    grid_start: bool = option(False, "start head h at the h-th shift of the 3x3 kernel plus its draw "
+    grid_start: bool = option(False, "start head h at the h-th shift of the sqrt(heads) x sqrt(heads) kernel (3x3 for 9) plus its draw "
                                      "(ConViT's local init; paper: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (paper: 0): it cannot widen past it")
     overlap: float = option(0.0, "weight in the loss of the heads' overlap, measures.head_overlap (paper: 0)")

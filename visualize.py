@@ -36,7 +36,7 @@ import torch
 import data as data_lib
 import measures
 from attention import RowColumn
-from records import kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
+from records import is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
 from runtime import command_line, option, parse_flags
 
 
@@ -227,7 +227,7 @@ def accuracy_figure(runs: list, out, pdf, name):
             raise FileNotFoundError(f"{run} has no metrics.jsonl: not a run directory")
         metrics = [json.loads(line) for line in path.read_text().splitlines()]
         config = json.loads((run / "config.json").read_text())
-        label = f"{run.name} ({config['encoding']}{', pruned' if isinstance(config['heads'], list) else ''})"
+        label = f"{run.name} ({config['encoding']}{', pruned' if is_pruned(run) else ''})"
         ax.plot([m["epoch"] for m in metrics], [m["test_acc"] for m in metrics], "-o", ms=3, label=label)
     ax.set_xlabel("epoch"), ax.set_ylabel("test accuracy")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -266,9 +266,8 @@ def visualize(cfg: Config) -> list:
         if not cfg.at_init:
             written += trajectory_figure(model, run, fig2_layer, ids, out, cfg.pdf)
     if (run / "metrics.jsonl").exists() and not cfg.at_init:
-        pruned = isinstance(checkpoint["config"]["heads"], list)
         runs = [run] + [Path(r) for r in cfg.compare]
-        written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if pruned else "fig4_test_accuracy")
+        written += accuracy_figure(runs, out, cfg.pdf, "fig7_test_accuracy" if is_pruned(run) else "fig4_test_accuracy")
         if hasattr(model, "attention_layers") and not any(layer.content for layer in model.attention_layers):
             written += locality_figure(runs, out, cfg.pdf)
     return written
