@@ -15,6 +15,7 @@ import fnmatch
 import glob
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -123,13 +124,28 @@ def test_probabilities_fast_equal_dense_and_sum_to_one(encoding):
     assert (P >= 0).all()
 
 
-def test_content_probabilities_have_batch_dim_and_depend_on_x():
-    fast, _ = pair("learned", (4, 5), content=True)
-    x = torch.randn(2, 4, 5, 6, dtype=torch.float64)
-    P = fast.attention_probs(x)
-    assert P.shape == (2, 4, 20, 20)
-    torch.testing.assert_close(P.sum(-1), torch.ones(2, 4, 20, dtype=torch.float64))
-    assert not torch.allclose(P[0], P[1])
+def test_content_attention_adds_eq8s_data_term_to_the_position_logits():
+    """P[b, h, q] = softmax over k of -alpha ||k - q - Delta||^2 + (W_qry^h x_q) . (W_key^h x_k) / sqrt(D_k), and the
+    output b_out + sum_h W^(h) sum_k P x_k, written out by hand for every (image, head, query, key)."""
+    H, W, heads, dim = 3, 4, 2, 6
+    layer, _ = pair("quadratic", (H, W), heads=heads, dim=dim, content=True)
+    x = torch.randn(2, H, W, dim, dtype=torch.float64)
+    centers, alpha, Dk = layer.encoding.centers.detach(), layer.encoding.alpha.detach(), layer.key_dim
+    W_qry = layer.W_qry.weight.detach().view(heads, Dk, dim)  # head h's D_k rows
+    W_key = layer.W_key.weight.detach().view(heads, Dk, dim)
+    W_h = layer.W_out.weight.detach().view(dim, heads, dim)  # [out, head, in]: W^(h) = W_h[:, h].T
+    tokens = x.view(2, H * W, dim)
+    P = torch.zeros(2, heads, H * W, H * W, dtype=torch.float64)
+    out = layer.W_out.bias.detach().repeat(2, H * W, 1)  # [2, T, dim]
+    for b, h, q in itertools.product(range(2), range(heads), range(H * W)):
+        (qi, qj), x_q = divmod(q, W), tokens[b, q]
+        logits = [-alpha[h] * ((k // W - qi - centers[h, 0]) ** 2 + (k % W - qj - centers[h, 1]) ** 2)
+                  + (W_qry[h] @ x_q) @ (W_key[h] @ tokens[b, k]) / math.sqrt(Dk) for k in range(H * W)]
+        P[b, h, q] = torch.stack(logits).softmax(0)
+        out[b, q] += W_h[:, h] @ (P[b, h, q] @ tokens[b])
+    torch.testing.assert_close(layer.attention_probs(x), P)
+    torch.testing.assert_close(layer(x), out.view(2, H, W, dim))
+    assert not torch.allclose(P[0], P[1])  # the data term differs between the images
 
 
 def test_quadratic_probabilities_match_eq15():
@@ -169,6 +185,21 @@ def test_probabilities_are_position_only_and_shift_equivariant():
     torch.testing.assert_close(a, b)
 
 
+def test_the_encodings_start_as_the_authors_code_draws_them():
+    """Delta ~ N(0, std^2 I); quadratic alpha = s^2 / 2 with s ~ N(1, 0.01^2); Gaussian S = I + N(0, 0.01^2):
+    the sample statistics of 20,000 heads (the chance levels of measures.fresh_start_held assume the first)."""
+    torch.manual_seed(0)
+    quadratic, gaussian = attention.Quadratic(20_000, center_std=1.414), attention.Gaussian(20_000, center_std=2.0)
+    for encoding, std in ((quadratic, 1.414), (gaussian, 2.0)):
+        centers = encoding.centers.detach()
+        assert centers.mean().abs() < 0.05 and abs(centers.std() / std - 1) < 0.02
+        assert torch.corrcoef(centers.T)[0, 1].abs() < 0.03
+    alpha = quadratic.alpha.detach()
+    assert abs(alpha.mean() - 0.5) < 1e-3 and abs(alpha.std() - 0.01) < 5e-4
+    noise = gaussian.inv_cov_sqrt.detach() - torch.eye(2)
+    assert noise.mean().abs() < 1e-3 and abs(noise.std() - 0.01) < 5e-4
+
+
 def test_learned_layer_parameters_match_section_4_3():
     layer = SelfAttention2d(400, 9, (16, 16), "learned")
     sizes = {n: tuple(p.shape) for n, p in layer.encoding.named_parameters()}
@@ -182,6 +213,8 @@ def test_sinusoidal_tables_are_fixed():
     table = layer.encoding.r_row  # shifts -2..2, dim 8: sin then cos of shift * 10000^(-2i/8)
     torch.testing.assert_close(table[3, 0], torch.tensor(math.sin(1.0)))
     torch.testing.assert_close(table[3, 4], torch.tensor(math.cos(1.0)))
+    torch.testing.assert_close(table[4, 1], torch.tensor(math.sin(2 * 10000 ** (-2 / 8))))  # shift 2, i = 1
+    torch.testing.assert_close(table[0, 7], torch.tensor(math.cos(-2 * 10000 ** (-6 / 8))))  # shift -2, i = 3
 
 
 def test_mlp_sees_shifts_in_pixels_and_learns_a_one_pixel_head_in_100_steps():
@@ -212,10 +245,8 @@ def test_attention_dropout_in_training_fast_equals_dense_with_one_mask_per_batch
     torch.testing.assert_close(dx_f, dx_d)
     for name in dp_d:
         torch.testing.assert_close(dp_f[name], dp_d[name])
-    torch.manual_seed(7)
-    P = dense.dropout(dense.attention_probs())  # the mask drawn, shared by the 3 images
-    expected = torch.einsum("hqk,bkd->bqhd", P, x.flatten(1, 2)).reshape(3, 4, 5, -1)
-    torch.testing.assert_close(out_d, dense.W_out(expected))
+    twins = dense(x[:1].expand(2, -1, -1, -1))  # one image twice in a batch: one mask, one output
+    torch.testing.assert_close(twins[0], twins[1])
     assert not torch.equal(out_d, dense.eval()(x))  # the mask changed the output
 
 
@@ -456,9 +487,15 @@ def test_parameter_counts_match_design_and_paper(name, params):
     assert round(params / 1e6, 1) == paper / 1e6
 
 
-def test_pruned_gaussian_parameter_count():
+def test_pruned_gaussian_model_is_table_2s():
+    """A.1's [2, 4, 1, 2, 6, 0] heads pruned: Table 2's 9.7M parameters and 4.9B FLOPs, a fifth less than unpruned
+    in both (A.1's text says "by a fourth"; its own table says a fifth)."""
+    full = model_lib.build_model("gaussian")
     model = model_lib.build_model("gaussian", heads=[9 - n for n in (2, 4, 1, 2, 6, 0)])
-    assert model_lib.count_parameters(model) == 9_686_916
+    params, flops = model_lib.count_parameters(model), model_lib.paper_flops(model)
+    assert params == 9_686_916 and round(params / 1e6, 1) == 9.7 and abs(flops / 4.9e9 - 1) < 0.01
+    assert 1 - params / model_lib.count_parameters(full) == pytest.approx(0.2, abs=0.005)
+    assert 1 - flops / model_lib.paper_flops(full) == pytest.approx(0.2, abs=0.005)
 
 
 @pytest.mark.parametrize("name", ["quadratic", "resnet18"])
@@ -480,6 +517,28 @@ def test_space_to_depth_is_a_permutation():
     assert y.shape == (2, 2, 3, 12)
     assert sorted(y.flatten().tolist()) == sorted(x.flatten().tolist())
     assert y[0, 1, 2].tolist() == [x[0, c, 2 + dy, 4 + dx].item() for dy in (0, 1) for dx in (0, 1) for c in range(3)]
+
+
+def test_the_network_is_section_4_1s_written_out_by_hand():
+    """2x2 space-to-depth, Linear(12, D), post-LN blocks (x + attention_out(MHSA(x)), LayerNorm; x + FFN(x) with GELU,
+    LayerNorm), the mean over positions, Linear(D, 10): these lines from the state_dict against forward, float64."""
+    torch.manual_seed(0)
+    net = randomized(model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=12, heads=4)).double().eval()
+    w = net.state_dict()
+    images = torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    patches = images.unfold(2, 2, 2).unfold(3, 2, 2)  # [B, C, 16, 16, 2, 2]: each token's 2x2 pixels
+    x = patches.permute(0, 2, 3, 4, 5, 1).reshape(3, 16, 16, 12) @ w["embed.weight"].T + w["embed.bias"]
+
+    def norm(v, name):
+        return F.layer_norm(v, (8,), w[name + ".weight"], w[name + ".bias"], eps=1e-12)
+    for i, block in enumerate(net.blocks):
+        p = f"blocks.{i}."
+        attended = block.attention(x) @ w[p + "attention_out.weight"].T + w[p + "attention_out.bias"]
+        x = norm(x + attended, p + "norm1")
+        hidden = F.gelu(x @ w[p + "ffn.0.weight"].T + w[p + "ffn.0.bias"])
+        x = norm(x + hidden @ w[p + "ffn.2.weight"].T + w[p + "ffn.2.bias"], p + "norm2")
+    logits = x.mean((1, 2)) @ w["classifier.weight"].T + w["classifier.bias"]
+    torch.testing.assert_close(net(images), logits)
 
 
 @pytest.mark.parametrize("name", ["quadratic", "sinusoidal", "resnet18"])
@@ -535,8 +594,26 @@ def test_pruned_model_equals_unpruned_with_those_value_columns_zeroed(gaussian_r
 
 def test_quadratic_heads_pruned_by_alpha():
     model = model_lib.build_model("quadratic", layers=1, dim=8, ffn_dim=8, heads=4)
-    model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 1e-7, 0.5, 2e-6])
-    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1, 3]]
+    model.attention_layers[0].encoding.alpha = torch.tensor([1.0, 4e-6, 0.5, 6e-6])  # 2 alpha: 8e-6 goes, 1.2e-5 stays
+    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1]]
+
+
+def test_gaussian_heads_pruned_by_a1s_largest_eigenvalue_and_condition_number():
+    """Sigma^-1 = S S^T with eigenvalues on either side of A.1's thresholds, rotated by 30 degrees."""
+    model = model_lib.build_model("gaussian", layers=1, dim=8, ffn_dim=8, heads=6)
+    eigenvalues = [(2e-5, 2e-5),  # kept: largest 2e-5
+                   (1e-7, 1e-7),  # pruned: largest 1e-7 (S's own eigenvalues, 3e-4, would keep it)
+                   (2.0, 1e-6),  # pruned: condition 2e6
+                   (1e-4, 5e-6),  # kept: largest 1e-4, condition 20 (the smallest eigenvalue is not the rule)
+                   (1.0, 1e-4),  # condition 1e4: kept at the paper's 1e5, pruned at the authors' 1e3
+                   (2.0, 1.0)]  # kept
+    c, s = math.cos(math.pi / 6), math.sin(math.pi / 6)
+    rotation = torch.tensor([[c, -s], [s, c]])
+    with torch.no_grad():
+        model.attention_layers[0].encoding.inv_cov_sqrt.copy_(
+            torch.stack([rotation @ torch.tensor(e).sqrt().diag() for e in eigenvalues]))
+    assert prune_lib.degenerate_heads(model, prune_lib.Config()) == [[1, 2]]
+    assert prune_lib.degenerate_heads(model, prune_lib.Config(condition_above=1e3)) == [[1, 2, 4]]
 
 
 # ---- Figs. 2-8: a head's probability regions ---------------------------------------------

@@ -89,6 +89,8 @@ CASES = [
      "its condition number is 1: only the eigenvalue test prunes it (largest 1e-7 < 1e-5)"),
     ("isotropic, 2e-5 I: kept", 2e-5 * torch.eye(2, dtype=torch.float64), 1e5, False,
      "largest eigenvalue 2e-5 is not below 1e-5, condition 1: keep it (a comparison the wrong way round?)"),
+    ("small, eigenvalues 1e-4 and 5e-6: kept", torch.diag(torch.tensor([1e-4, 5e-6], dtype=torch.float64)), 1e5, False,
+     "A.1 judges the largest eigenvalue (1e-4, not below 1e-5) and the condition number (20): keep it"),
     ("healthy, [[2, 0.5], [0.5, 1]]: kept", torch.tensor([[2, 0.5], [0.5, 1]], dtype=torch.float64), 1e5, False,
      "eigenvalues 2.21 and 0.79, condition 2.8: keep it"),
     ("near singular, eigenvalues 2 and 1e-6 rotated by 30 degrees", rotated((2.0, 1e-6), math.pi / 6), 1e5, True,
