@@ -33,6 +33,8 @@ import math
 import torch
 from torch import nn
 
+from runtime import command_line
+
 ENCODINGS = ("quadratic", "gaussian", "learned", "sinusoidal", "mlp")
 
 
@@ -85,7 +87,9 @@ class Quadratic(nn.Module):
     def alpha(self, value):  # a number, or one a head
         with torch.no_grad():
             value = torch.as_tensor(value, dtype=self.sqrt_2alpha.dtype, device=self.sqrt_2alpha.device)
-            root = (2 * (value - self.min_alpha)).clamp(min=0).sqrt()
+            if (value < self.min_alpha).any():
+                raise ValueError(f"alpha must be at least the floor min_alpha = {float(self.min_alpha)}, got {value.tolist()}")
+            root = (2 * (value - self.min_alpha)).sqrt()
             self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]
@@ -382,4 +386,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, ())  # the process set up as every script's (runtime.py)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from runtime import option, parse_flags
+from runtime import command_line, option, parse_flags
 
 
 @dataclass
@@ -228,9 +228,8 @@ def load_cifar10(data_dir="data", md5: str = MD5, url: str = URL) -> tuple:
             raise DataError(f"{archive} fails its md5 check (expected {md5}): truncated or not the "
                             "official archive; delete it and try again")
         extract(archive, data_dir)
-    train = [read_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
-    train = Split(torch.cat([s.images for s in train]), torch.cat([s.labels for s in train]))
-    return train, read_batch(folder / "test_batch")
+    *train, test = [read_batch(folder / name) for name in BATCHES]
+    return Split(torch.cat([s.images for s in train]), torch.cat([s.labels for s in train])), test
 
 
 TRAIN_IMAGES = {"cifar10": 50_000, "synthetic": 10_000}  # the training split of each dataset
@@ -324,10 +323,7 @@ class Config:
 
 def main():
     args = Config(**parse_flags(Config, __doc__))
-    try:
-        train, test = load(args.dataset, args.data_dir)
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    train, test = load(args.dataset, args.data_dir)
     mean, std = channel_stats(train.images)
     for name, split in (("train", train), ("test", test)):
         counts = torch.bincount(split.labels, minlength=10).tolist()
@@ -341,4 +337,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, (DataError,))

@@ -63,9 +63,14 @@ def locality(layer: SelfAttention2d, size: int) -> float:
     p = central_probs(layer).double()  # [heads, H, W]
     maps = layer.W_out.weight.detach().double().view(-1, layer.heads, layer.dim).transpose(0, 1).flatten(1)  # W^(h)
     energy = torch.einsum("hab,hg,gab->ab", p, maps @ maps.T, p)  # [H, W]
-    H, W = layer.grid
+    return (window(energy, size).sum() / energy.sum()).item()
+
+
+def window(t: torch.Tensor, size: int) -> torch.Tensor:
+    """The size x size window of t [..., H, W] around the central query (H//2, W//2), cut at the borders."""
+    H, W = t.shape[-2:]
     r, c = H // 2 - size // 2, W // 2 - size // 2
-    return (energy[max(r, 0):r + size, max(c, 0):c + size].sum() / energy.sum()).item()
+    return t[..., max(r, 0):r + size, max(c, 0):c + size]
 
 
 def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = ONE_PIXEL) -> int:
@@ -117,10 +122,7 @@ def window_mass(layer: SelfAttention2d, size: int) -> float:
     """The central query's probability inside the size x size window around it, averaged over
     the heads: 1.0 when every head attends inside it, the window's share of the grid when
     every head is uniform."""
-    p = central_probs(layer)  # [heads, H, W]
-    H, W = layer.grid
-    r, c = H // 2 - size // 2, W // 2 - size // 2
-    return p[:, max(r, 0):r + size, max(c, 0):c + size].sum((1, 2)).mean().item()
+    return window(central_probs(layer), size).sum((1, 2)).mean().item()  # [heads, size, size] -> a number
 
 
 def center_distance(layer: SelfAttention2d) -> float:

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d, kernel_shifts
+from runtime import command_line
 
 MODELS = ENCODINGS + ("resnet18",)
 CENTERED = ("quadratic", "gaussian")  # the encodings whose heads have centers
@@ -174,8 +175,10 @@ def paper_flops(model: nn.Module, image_size: int = 32) -> int:
         macs.append(out.numel() * (m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()))
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    mode = model.training
     with torch.no_grad():
         model.eval()(an_image(model, image_size))
+    model.train(mode)
     for h in handles:
         h.remove()
     return 2 * sum(macs)
@@ -224,4 +227,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, ())  # the process set up as every script's (runtime.py): subnormals flushed first

@@ -37,7 +37,7 @@ from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, set_grid, shift_table
 from measures import measures
-from runtime import fast_cpu_process, option, parse_flags
+from runtime import command_line, option, parse_flags
 
 
 class ConvAsAttention(nn.Module):
@@ -257,10 +257,9 @@ def plot_paths(path: torch.Tensor, out: Path) -> Path:
 
 
 def main():
-    # The learnability fit sharpens its heads until their probabilities underflow to subnormal
-    # floats, which Intel cores multiply slowly: flushed to zero first (runtime.py).
-    fast_cpu_process()
     cfg = Config(**parse_flags(Config, __doc__))
+    if min(cfg.alphas) <= 0 or cfg.steps < 1:
+        raise ValueError(f"--alphas must be positive and --steps at least 1, got {cfg.alphas} and {cfg.steps}")
     torch.manual_seed(cfg.seed)
     error_table(cfg)
     print()
@@ -270,4 +269,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # The learnability fit sharpens its heads until their probabilities underflow to subnormal
+    # floats, which Intel cores multiply slowly: command_line flushes them to zero first (runtime.py).
+    command_line(main, (ValueError,))

@@ -1,7 +1,7 @@
 """A run's records: its folder, checkpoints, logs and progress, and what computed them.
 
 A run folder holds config.json (the flags, the data's name and checksum, and `environment`:
-commit, whether the tree had uncommitted changes, torch, device, the CPU with its
+commit, whether tracked Python files had uncommitted changes, torch, device, the CPU with its
 matrix-unit class and any cap set on PyTorch's instructions; a resumed run keeps each
 earlier part's in `earlier_parts`), metrics.jsonl (one line per epoch, with each attention
 layer's measures), heads.jsonl (the heads per epoch, Figs. 2 and 5), steps.jsonl (with
@@ -100,7 +100,8 @@ def kept_heads(run: Path, model: nn.Module) -> list:
 # ---- the per-epoch logs -----------------------------------------------------------------
 
 def head_snapshot(model) -> list:
-    """Each position-only layer's heads (layer_snapshot): heads.jsonl's "layers"."""
+    """Each attention layer's heads (layer_snapshot), but a content layer's only when it has centers
+    (its maps would depend on the image): heads.jsonl's "layers"."""
     return [layer_snapshot(layer) for layer in getattr(model, "attention_layers", [])
             if hasattr(layer.encoding, "centers") or not layer.content]
 

@@ -41,16 +41,21 @@ def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      argument_default=argparse.SUPPRESS, allow_abbrev=False)
     for f in dataclasses.fields(config_class):
-        flag = dict(f.metadata)
+        spec = dict(f.metadata)
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        if f.name not in positional and default not in ("", None, []) and "default" not in flag["help"]:
-            flag["help"] += f" (default {default})"
-        if f.type in (bool, bool | None):
-            flag["action"] = argparse.BooleanOptionalAction
-        elif "type" not in flag and not isinstance(default, list):
-            flag["type"] = f.type
-        parser.add_argument(f.name if f.name in positional else "--" + f.name.replace("_", "-"), **flag)
+        if f.name not in positional and default not in ("", None, []) and "(default" not in spec["help"]:
+            spec["help"] += f" (default {default})"
+        if f.type is bool:
+            spec["action"] = argparse.BooleanOptionalAction
+        elif "type" not in spec and not isinstance(default, list):
+            spec["type"] = f.type
+        parser.add_argument(f.name if f.name in positional else flag(f.name), **spec)
     return vars(parser.parse_args(argv))
+
+
+def flag(name: str) -> str:
+    """A setting's flag: position_lr -> --position-lr."""
+    return "--" + name.replace("_", "-")
 
 
 def command_line(main, errors: tuple):
@@ -266,10 +271,11 @@ class StopSignal:
 
 # ---- the process --------------------------------------------------------------------------
 
-def fast_cpu_process() -> dict:
+def fast_cpu_process():
     """What every script that trains, evaluates or times the network calls first in its
-    `main`, before any parallel work: freed memory kept, subnormals flushed. Says which took."""
-    return dict(keep_freed_memory=keep_freed_memory(), flush_subnormals=flush_subnormals())
+    `main`, before any parallel work: freed memory kept, subnormals flushed."""
+    keep_freed_memory()
+    flush_subnormals()
 
 
 def flush_subnormals() -> bool:

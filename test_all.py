@@ -361,6 +361,8 @@ def test_a_floor_on_alpha_adds_to_the_width_term_reaches_the_layer_and_its_check
     enc.alpha = 3.0
     torch.testing.assert_close(enc.alpha, torch.full((9,), 3.0))
     torch.testing.assert_close(enc.sqrt_2alpha.data, torch.full((9,), 2**0.5))
+    with pytest.raises(ValueError, match="at least the floor min_alpha = 2.0"):
+        enc.alpha = 1.0  # below the floor: refused, not clipped to it
     other = model_lib.build_model("quadratic", layers=2, dim=8, ffn_dim=8)  # no floor, until the weights load
     other.load_state_dict(net.state_dict())
     assert other.attention_layers[1].encoding.min_alpha.item() == 2.0
@@ -1232,6 +1234,8 @@ def test_real_signals_at_random_moments_resume_bit_identical(tmp_path):
     (["--subset", "100000"], "--subset 100000: the training set has"),
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "nonsense"], "--device"),
     (["--dropout", "1.5"], "--dropout must lie in"),
+    (["--min-alpha", "-1"], "--min-alpha must lie in"),
+    (["--grid-start", "--heads", "8"], "--grid-start places heads on a square kernel"),
     (["--log-every", "-1"], "--log-every must be 0 (none) or a number of steps"),
     (["--resume", "RUN", "--epochs", "9"], "--epochs, --out cannot change them"),
 ])
@@ -1627,7 +1631,7 @@ def flushes_subnormals(script: str) -> bool:
     return nonzero("setup first") == 0 and 0 < nonzero("parallel work first") < 2**20
 
 
-@pytest.mark.parametrize("script", ["train", "prune", "prove", "visualize"])
+@pytest.mark.parametrize("script", ["train", "prune", "prove", "visualize", "data", "lab.compare"])
 def test_every_script_flushes_subnormals_in_every_thread(script):
     assert flushes_subnormals(script)
 

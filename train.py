@@ -30,7 +30,7 @@ from attention import ENCODINGS, FastSelfAttention2d
 from measures import head_overlap
 from model import MODELS, model_from_config
 from records import Run, atomic_save, load_checkpoint, output_folder
-from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, option,
+from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, flag, option,
                      parse_flags, pick_device, processes)
 
 
@@ -331,10 +331,6 @@ PRESETS = {
 }
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 # Settings that mean something for some models only; every other setting applies to all.
 APPLIES = {name: ENCODINGS for name in ("layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content",
                                          "position_lr")}
@@ -378,10 +374,12 @@ def check_config(cfg: Config):
     heads = [cfg.heads] if isinstance(cfg.heads, int) else cfg.heads
     if any(h < 1 for h in heads):
         raise ValueError(f"--heads must be at least 1, got {cfg.heads}")
+    if cfg.grid_start and any(math.isqrt(h) ** 2 != h for h in heads):
+        raise ValueError(f"--grid-start places heads on a square kernel: --heads must be square numbers, got {cfg.heads}")
     if cfg.subset < 0:
         raise ValueError(f"--subset must be 0 (all images) or a number of images, got {cfg.subset}")
     for name, low, high in (("lr", 0, math.inf), ("position_lr", 0, math.inf), ("momentum", 0, 1),
-                            ("weight_decay", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("overlap", 0, math.inf), ("dropout", 0, 1),
+                            ("weight_decay", 0, math.inf), ("min_alpha", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("overlap", 0, math.inf), ("dropout", 0, 1),
                             ("attention_dropout", 0, 1)):
         if not low <= getattr(cfg, name) <= high or (name.endswith("dropout") and getattr(cfg, name) == 1):
             raise ValueError(f"{flag(name)} must lie in [{low}, {high}{')' if name.endswith('dropout') else ']'}, "

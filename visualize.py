@@ -324,6 +324,9 @@ def locality_figure(runs: list, out, pdf):
     """Locality (3x3) of every layer at initialization and trained, one line pair a run."""
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     for run, color in zip(runs, plt.cm.tab10(np.arange(len(runs)))):
+        if not (Path(run) / "checkpoint.pt").exists():
+            print(f"locality figure: {run} has no checkpoint.pt (its weights were not kept); left out")
+            continue
         checkpoint, _ = load_checkpoint(run)
         for at_init, style in ((True, ":"), (False, "-")):
             model = model_from_checkpoint(checkpoint, at_init).eval()

@@ -23,7 +23,6 @@ the p-value of Welch's t-test (scipy.stats), which does not assume equal varianc
 """
 import json
 import statistics
-import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,10 +31,10 @@ from scipy import stats
 
 import measures
 from lab import plots
-from lab.experiments import (CURVES, LAYER_MEASURES, MEASURES, difference, end_of, group, group_origins, has_layer,
-                             labels, load_run, spread, summarize, values, with_defaults)
+from lab.experiments import (CURVES, LAYER_MEASURES, MEASURES, check_layers, difference, end_of, group, group_origins,
+                             has_layer, labels, load_run, spread, summarize, values, with_defaults)
 from model import model_from_config
-from runtime import option, parse_flags
+from runtime import command_line, option, parse_flags
 
 
 ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all heads, px",
@@ -70,7 +69,6 @@ class Config:
                             choices=["step", "position_lr"])
 
 
-
 def table(groups: dict) -> str:
     """Markdown: an experiment a row; test accuracy mean ± sample std (min-max); each layer's
     measures mean (min-max)."""
@@ -101,18 +99,15 @@ def table(groups: dict) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
-
 def cell(s: dict, digits: int) -> str:
     if s["min"] == s["max"]:
         return f"{s['mean']:.{digits}f}"
     return f"{s['mean']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
-
 def start_end(m: dict, name: str, digits: int) -> str:
     """"start → end" where the run's start is known (experiments.add_start), else the end alone."""
     return (f"{cell(m['start_' + name], digits)} → " if "start_" + name in m else "") + cell(m[name], digits)
-
 
 
 def differences(groups: dict, names: list, layer: int) -> str:
@@ -146,7 +141,6 @@ def differences(groups: dict, names: list, layer: int) -> str:
     return "\n".join(lines)
 
 
-
 def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
     """For each experiment, each measure's change from the run's start to its end (or to
     `step`): the mean change with its 95% interval (Student's t over the seeds' changes), then
@@ -173,7 +167,6 @@ def changes(groups: dict, names: list, layer: int, step: int = None) -> str:
     return "\n".join(lines)
 
 
-
 def steps_table(groups: dict, steps: list, layer: int) -> str:
     """Markdown: a row an experiment and step, `layer`'s CURVES measures there (steps.jsonl),
     mean (min-max) over the seeds."""
@@ -189,11 +182,11 @@ def steps_table(groups: dict, steps: list, layer: int) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
-
 def origins_table(groups: dict, steps: list, layers: list) -> str:
     """Markdown: a row an experiment, layer and step; ORIGINS there (and the start's nearest
     pixels), each a count per seed: mean (min-max) over the seeds where it is defined (the
-    start gap: seeds with a shared pixel; "-": none), never a sum over seeds."""
+    start gap: seeds with a shared pixel; "-": none), never a sum over seeds. Below the table, at the last
+    step, a line an experiment and layer pools its seeds against fresh starts (pooled_held)."""
     rows = [["experiment", "seeds", "layer", "step", "start's nearest pixels"] + list(ORIGINS.values())]
     rows.append(["---"] * len(rows[0]))
     for key, label in labels(groups).items():
@@ -210,7 +203,6 @@ def origins_table(groups: dict, steps: list, layers: list) -> str:
     return "\n".join(["| " + " | ".join(r) + " |" for r in rows] + pooled)
 
 
-
 def pooled_held(members: list, layer: int, step: int) -> str:
     """One line: the one-pixel pixels the seeds' own starts held, summed over the seeds, against a
     fresh start's exact mean and the chance that fresh starts hold at least as many."""
@@ -223,42 +215,39 @@ def pooled_held(members: list, layer: int, step: int) -> str:
             f"at least {held} with probability {tail:.3f}")
 
 
-
 def main():
     cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
-    try:
-        groups = group([load_run(path) for path in cfg.runs])
-        print(table(groups))
-        if len(groups) > 1:
-            print("\nDifferences between experiments (final epoch):")
-            print(differences(groups, ["test_acc"] + cfg.measures, cfg.layer))
-        if cfg.measures:
-            print("\nEach experiment's change from its start (final epoch):")
-            print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer))
-        if cfg.at:
-            print(f"\nLayer {cfg.layer} at steps {', '.join(map(str, cfg.at))} (steps.jsonl):")
-            print(steps_table(groups, cfg.at, cfg.layer))
-            for step in (s for s in cfg.at if s and cfg.measures):
-                print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer, step))
+    groups = group([load_run(path) for path in cfg.runs])
+    check_layers([r for g in groups.values() for r in g], [cfg.layer, *cfg.origins])
+    print(table(groups))
+    if len(groups) > 1:
+        print("\nDifferences between experiments (final epoch):")
+        print(differences(groups, ["test_acc"] + cfg.measures, cfg.layer))
+    if cfg.measures:
+        print("\nEach experiment's change from its start (final epoch):")
+        print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer))
+    if cfg.at:
+        print(f"\nLayer {cfg.layer} at steps {', '.join(map(str, cfg.at))} (steps.jsonl):")
+        print(steps_table(groups, cfg.at, cfg.layer))
+        for step in (s for s in cfg.at if s and cfg.measures):
+            print(changes(groups, [m for m in cfg.measures if m in LAYER_MEASURES], cfg.layer, step))
+    if cfg.origins:
+        print(f"\nLayers {', '.join(map(str, cfg.origins))} against the start (measures.origins; steps.jsonl):")
+        print(origins_table(groups, cfg.at or [0], cfg.origins))
+    if cfg.out:
+        print(f"wrote {plots.curves_figure(groups, Path(cfg.out))}")
         if cfg.origins:
-            print(f"\nLayers {', '.join(map(str, cfg.origins))} against the start (measures.origins; steps.jsonl):")
-            print(origins_table(groups, cfg.at or [0], cfg.origins))
-        if cfg.out:
-            print(f"wrote {plots.curves_figure(groups, Path(cfg.out))}")
-            if cfg.origins:
-                print(f"wrote {plots.origins_figure(groups, cfg.origins, Path(cfg.out), cfg.origins_x)}")
-            runs, out = [r for g in groups.values() for r in g], Path(cfg.out)
-            for figure in (partial(plots.loss_figure, groups, out),
-                           partial(plots.steps_figure, groups, cfg.layer, out),
-                           partial(plots.grids_figure, runs, cfg.layer, out),
-                           partial(plots.maps_figure, runs, cfg.layer, out)):
-                try:
-                    print(f"wrote {figure()}")
-                except ValueError as e:
-                    print(f"no {figure.func.__name__}: {e}")
-    except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
+            print(f"wrote {plots.origins_figure(groups, cfg.origins, Path(cfg.out), cfg.origins_x)}")
+        runs, out = [r for g in groups.values() for r in g], Path(cfg.out)
+        for figure in (partial(plots.loss_figure, groups, out),
+                       partial(plots.steps_figure, groups, cfg.layer, out),
+                       partial(plots.grids_figure, runs, cfg.layer, out),
+                       partial(plots.maps_figure, runs, cfg.layer, out)):
+            try:
+                print(f"wrote {figure()}")
+            except ValueError as e:
+                print(f"no {figure.func.__name__}: {e}")
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main, (FileNotFoundError, ValueError))

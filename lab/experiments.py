@@ -37,7 +37,6 @@ CURVES = {"one_pixel_heads": "one-pixel heads", "one_pixel": "distinct pixels of
           "mass_5x5": "probability in the 5x5 window", "distance": "centers' distance from the query, px"}
 
 
-
 def load_run(path) -> dict:
     path = Path(path)
     if not (path / "config.json").exists() or not (path / "metrics.jsonl").exists():
@@ -55,13 +54,11 @@ def load_run(path) -> dict:
     return run
 
 
-
 def with_defaults(config: dict) -> dict:
     """A run's config with the default of every setting it does not record (recorded before
     the option existed)."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
     return defaults | config
-
 
 
 def add_start(run: dict):
@@ -86,12 +83,10 @@ def add_start(run: dict):
                 found.update(travel_mean=moved["travel_mean"], travelled=moved["travelled"])
 
 
-
 def same_heads(a: list, b: list) -> bool:
     """Two heads.jsonl layer lists equal to the 4 decimals the central maps are stored with."""
     return len(a) == len(b) and all(x.keys() == y.keys() and all(
         np.allclose(np.array(x[k]), np.array(y[k]), atol=2e-4, rtol=0) for k in x) for x, y in zip(a, b))
-
 
 
 def group(runs: list) -> dict:
@@ -111,7 +106,6 @@ def group(runs: list) -> dict:
     return groups
 
 
-
 def labels(groups: dict) -> dict:
     """A name for each experiment: its settings that another experiment with the same setting
     sets otherwise (a ResNet's width is not compared with an attention network's nothing)."""
@@ -125,17 +119,14 @@ def labels(groups: dict) -> dict:
     return {key: name(c) for key, c in configs.items()}
 
 
-
 def data_name(config: dict) -> str:
     return (config.get("data") or {}).get("name", "not recorded")
-
 
 
 def spread(values: list) -> dict:
     """Mean, sample standard deviation (n - 1; 0 for one value), min and max."""
     return dict(mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else 0.0,
                 min=min(values), max=max(values))
-
 
 
 def summarize(members: list) -> dict:
@@ -156,6 +147,13 @@ def summarize(members: list) -> dict:
                 layers=per_layer, data=data_name(members[0]["config"]))
 
 
+def check_layers(runs: list, layers: list):
+    """One clear error for a layer (1-based) that not every run has."""
+    fewest = min(with_defaults(r["config"])["layers"] for r in runs)
+    wrong = sorted({layer for layer in layers if not 1 <= layer <= fewest})
+    if wrong:
+        raise ValueError(f"--layer and --origins take layers 1 to {fewest} (every run has them), got {wrong}")
+
 
 def values(members: list, name: str, layer: int, step: int = None) -> list:
     """Each run's final test accuracy (`test_acc`), or its measure `name` of `layer` (1-based)
@@ -175,12 +173,10 @@ def values(members: list, name: str, layer: int, step: int = None) -> list:
     return [f[name] for f in found]
 
 
-
 def end_of(members: list) -> str:
     """"end", or where a run still training stopped: "epoch 2 of 6"."""
     stopped, epochs = members[0]["metrics"][-1]["epoch"], members[0]["config"].get("epochs", 0)
     return f"epoch {stopped} of {epochs}" if stopped < epochs else "end"
-
 
 
 def difference(a: list, b: list) -> dict:
@@ -191,12 +187,10 @@ def difference(a: list, b: list) -> dict:
                 high=float(interval.high), p=float(result.pvalue), n=(len(a), len(b)))
 
 
-
 def has_layer(run: dict, layer: int) -> bool:
     """Whether the run logged `layer`'s heads with centers at step 0."""
     heads = run["heads"].get(0) or []
     return layer <= len(heads) and heads[layer - 1] is not None
-
 
 
 def run_origins(run: dict, layer: int) -> dict:
@@ -216,7 +210,6 @@ def run_origins(run: dict, layer: int) -> dict:
     return {step: dict(at) for step, at in found[layer].items()}  # the caller's to add to
 
 
-
 def group_origins(members: list, layer: int) -> list:
     """run_origins of each run of an experiment, with `already_nearest_other`: the chance level
     of `already_nearest`, the run's one-pixel pixels held by another seed's start, averaged over
@@ -233,12 +226,10 @@ def group_origins(members: list, layer: int) -> list:
     return found
 
 
-
 def steps_per_epoch(config: dict) -> int:
     """Training steps an epoch (data.Batches drops the ragged end)."""
     config = with_defaults(config)
     return (config["subset"] or data_lib.TRAIN_IMAGES[config["dataset"]]) // config["batch_size"]
-
 
 
 def position_lr_sum(config: dict, steps: list) -> list:
@@ -249,7 +240,6 @@ def position_lr_sum(config: dict, steps: list) -> list:
     factor = warmup_cosine(config["epochs"] * steps_per_epoch(config), config["warmup"])
     rate = np.cumsum([0.0] + [config["lr"] * config["position_lr"] * factor(t) for t in range(max(steps))])
     return [float(rate[s]) for s in steps]
-
 
 
 def interval_losses(run: dict) -> dict:
@@ -268,7 +258,6 @@ def interval_losses(run: dict) -> dict:
             found[s] = losses[s]
         previous = epoch, n, losses[s]
     return found
-
 
 
 def last_heads(run: dict, layer: int):

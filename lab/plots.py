@@ -20,8 +20,7 @@ from lab.experiments import CURVES, group_origins, has_layer, interval_losses, l
 
 
 ORIGIN_STYLES = {"travel_one_pixel": "--", "already_nearest": "--",  # beside the solid line of its panel
-                 "already_nearest_other": ":", "already_nearest_fresh": ":", "own_start_chance": ":"}  # chance: dotted
-
+                 "already_nearest_other": ":", "own_start_chance": ":"}  # chance: dotted
 
 
 def band_figure(curves: dict, xlabel: str, ylabel: str, path: Path, style: str = "-") -> Path:
@@ -41,7 +40,6 @@ def band_figure(curves: dict, xlabel: str, ylabel: str, path: Path, style: str =
     return path
 
 
-
 def curves_figure(groups: dict, out: Path) -> Path:
     """Test accuracy per epoch, over the epochs every seed of the experiment finished."""
     curves = {}
@@ -49,7 +47,6 @@ def curves_figure(groups: dict, out: Path) -> Path:
         columns = list(zip(*([m["test_acc"] for m in r["metrics"]] for r in groups[key])))
         curves[name] = (range(1, len(columns) + 1), columns)
     return band_figure(curves, "epoch", "test accuracy", out / "accuracy_over_seeds.png", "-o")
-
 
 
 def loss_figure(groups: dict, out: Path) -> Path:
@@ -62,7 +59,6 @@ def loss_figure(groups: dict, out: Path) -> Path:
             raise ValueError(f"{name}: no training loss in steps.jsonl (train.py --log-every)")
         curves[name] = (steps, [[f[s] for f in per_run] for s in steps])
     return band_figure(curves, "step", "training loss between logged steps", out / "training_loss.png")
-
 
 
 def steps_figure(groups: dict, layer: int, out: Path) -> Path:
@@ -94,7 +90,6 @@ def steps_figure(groups: dict, layer: int, out: Path) -> Path:
     fig.savefig(out / f"steps_layer{layer}.png", dpi=130, bbox_inches="tight")
     plt.close(fig)
     return out / f"steps_layer{layer}.png"
-
 
 
 def origins_figure(groups: dict, layers: list, out: Path, x: str = "step") -> Path:
@@ -138,7 +133,6 @@ def origins_figure(groups: dict, layers: list, out: Path, x: str = "step") -> Pa
     return path
 
 
-
 def maps_figure(runs: list, layer: int, out: Path) -> Path:
     """Fig. 5's style for every run recording central-query probabilities (learned, sinusoidal,
     mlp): a row a run, a column a head, the layer's map at the end of training."""
@@ -162,7 +156,6 @@ def maps_figure(runs: list, layer: int, out: Path) -> Path:
     fig.savefig(out / f"fig5_side_by_side_layer{layer}.png", dpi=130, bbox_inches="tight")
     plt.close(fig)
     return out / f"fig5_side_by_side_layer{layer}.png"
-
 
 
 def grids_figure(runs: list, layer: int, out: Path, zoom: int = 4) -> Path:
