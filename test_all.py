@@ -1538,7 +1538,9 @@ def test_every_figure_is_written_and_not_blank(gaussian_run, tmp_path):
     assert names == {f"{n}.{ext}" for n in ("fig6_attention_regions", "fig5_attention_maps", "locality",
                                             "fig2_centers_during_training_layer2", "fig4_test_accuracy")
                      for ext in ("png", "pdf")} | {"fig2_centers_during_training_layer2.gif", "measures.json"}
-    assert set(json.loads((tmp_path / "figs" / "measures.json").read_text())["layers"][0]) == {
+    found = json.loads((tmp_path / "figs" / "measures.json").read_text())
+    assert found["run"].endswith("checkpoint.pt") and found["epoch"] >= 1 and "commit" in found["environment"]
+    assert set(found["layers"][0]) == {
         "locality_3x3", "locality_5x5", "coverage", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
         "inside_5x5", "mass_3x3", "mass_5x5", "distance", "overlap", "travel", "travel_mean", "travel_max", "travelled",
         "alpha", "wide", "sharp", "sharp_began_nearest", "sharp_began_nearest_chance", "start_pixels", "pixels", "already_nearest", "own_start", "own_start_chance", "shared",

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.animation
 import matplotlib.pyplot as plt
 import numpy as np
@@ -36,7 +34,7 @@ import torch
 import data as data_lib
 import measures
 from attention import RowColumn
-from records import is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
+from records import environment, is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
 from runtime import command_line, option, parse_flags
 
 
@@ -256,8 +254,10 @@ def visualize(cfg: Config) -> list:
         if not 1 <= fig2_layer <= n_layers:
             raise ValueError(f"--layer {cfg.layer}: the model has layers 1..{n_layers}")
         print_concentration(model, inputs)
+        source = dict(run=str(path), epoch=0 if cfg.at_init else checkpoint.get("epoch"),
+                      seed=checkpoint["config"].get("seed"), environment=environment(torch.device("cpu")))
         written.append(print_measures(run_measures(model, run, not cfg.at_init,
-                                                   checkpoint["config"].get("center_std", 2.0)), out))
+                                                   checkpoint["config"].get("center_std", 2.0)), out, source))
         heads = {layer.heads for layer in model.attention_layers}
         name = "fig6" if checkpoint["config"]["encoding"] == "gaussian" else "fig8" if heads == {16} else "fig3"
         ids = kept_heads(run, model)
@@ -284,9 +284,9 @@ def print_concentration(model, inputs):
         print(f"  layer {i + 1}: {counts}  (max probability {maps.flatten(1).max(1).values.max().item():.2f})")
 
 
-def print_measures(found: list, out: Path) -> Path:
+def print_measures(found: list, out: Path, source: dict) -> Path:
     """Print how convolution-like each layer is, and how far its heads travelled; write them to
-    out/measures.json, its path returned."""
+    out/measures.json with their `source` (the run, its epoch and seed, what computed them), its path returned."""
     print("how convolution-like each layer is (central query; measures.py):")
     for i, m in enumerate(found):
         text = "content layer: no fixed kernel" if m is None else (
@@ -304,7 +304,7 @@ def print_measures(found: list, out: Path) -> Path:
                f"pixels dealt at random: {m['own_start_chance']:.1f})" if "travel" in m else ""))
         print(f"  layer {i + 1}: {text}")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "measures.json").write_text(json.dumps({"layers": found}, indent=1))
+    (out / "measures.json").write_text(json.dumps(source | {"layers": found}, indent=1))
     return out / "measures.json"
 
 
@@ -343,6 +343,7 @@ def locality_figure(runs: list, out, pdf):
 
 
 def main():
+    matplotlib.use("Agg")  # files only, no window (set here: importing this module changes no backend)
     written = visualize(Config(**parse_flags(Config, __doc__, positional=("run",))))
     print(f"wrote {len(written)} files to {Path(written[0]).parent if written else '-'}: "
           f"{', '.join(Path(p).name for p in written)}")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import matplotlib
 from scipy import stats
 
 import measures
@@ -216,6 +217,7 @@ def pooled_held(members: list, layer: int, step: int) -> str:
 
 
 def main():
+    matplotlib.use("Agg")  # figures to files only
     cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
     groups = group([load_run(path) for path in cfg.runs])
     check_layers([r for g in groups.values() for r in g], [cfg.layer, *cfg.origins])

@@ -9,10 +9,8 @@ import statistics
 from pathlib import Path
 
 import matplotlib
-import numpy as np
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
 import visualize
 from attention import SelfAttention2d
@@ -168,8 +166,7 @@ def grids_figure(runs: list, layer: int, out: Path, zoom: int = 4) -> Path:
     for run, ax in zip(runs, axes[0]):
         snapshots = [json.loads(line)["layers"][layer - 1] for line in (run["path"] / "heads.jsonl").read_text().splitlines()]
         heads = len(snapshots[0]["centers"])
-        grid = (run["config"].get("image_size", 32) // 2,) * 2
-        shape = SelfAttention2d(1, heads, grid, run["config"]["encoding"])  # positions only: dim does not matter
+        shape = SelfAttention2d(1, heads, (16, 16), run["config"]["encoding"])  # a CIFAR-10 run's grid; positions only
         visualize.draw_trajectories(ax, shape, snapshots, list(range(heads)), f"{run['path'].name}, layer {layer}")
         ax.get_legend().remove()
         ax.set_xlim(-zoom - 0.5, zoom + 0.5), ax.set_ylim(zoom + 0.5, -zoom - 0.5)
