@@ -2,7 +2,7 @@
 
 Every measure here is ours: the paper shows its heads in figures and counts nothing.
 
-    from measures import measures, travel
+    from measures import measures, origins
     measures(layer)   # {"locality_3x3": 0.81, "one_pixel": 7, "ring": 5, "sides": 4, ...}
 
 The measures of probability look at the central query of the grid, as the paper's figures do
@@ -21,12 +21,12 @@ the network a Linear shared by all heads follows it (model.Block's attention_out
   on (two heads on one pixel count once); ring, sides, inside_3x3, inside_5x5: where those
   pixels lie.
 - coverage: distinct integer shifts that hold such a head's center (heads with centers).
-- travel: how far each head's center moved from its start (heads.jsonl epoch 0), and how many
-  one-pixel heads travelled 1 px or more: a grid that training found, not one the start placed.
 - overlap: how alike the heads' probabilities are (train.py's --overlap penalizes it).
-- origins: against the start, where the one-pixel heads' pixels came from: how many were
-  already a head's nearest pixel at the start, and how far apart heads sharing a pixel began;
-  each count beside its chance level (another start, or the start's pixels permuted).
+- origins: against the start (heads.jsonl epoch 0), how far each head's center travelled, and how
+  many one-pixel heads travelled 1 px or more: a grid that training found, not one the start
+  placed; where the one-pixel heads' pixels came from: how many were already a head's nearest
+  pixel at the start, and how far apart heads sharing a pixel began; each count beside its
+  chance level (another start, or the start's pixels permuted).
 - path_length: how far the centers wandered, step to step, beside their net travel.
 """
 import copy
@@ -182,19 +182,8 @@ def layer_at(layer: SelfAttention2d, snapshot: dict) -> SelfAttention2d:
     return layer
 
 
-def travel(layer: SelfAttention2d, start: dict, end: dict, far: float = 1.0) -> dict:
-    """How far the heads of one layer moved between two heads.jsonl snapshots (centers):
-    `travel` each head's distance in pixels, `travel_mean`, `travel_max`, and `travelled`: how
-    many of the heads that are one-pixel at `end` moved `far` pixels or more. `layer` gives
-    the grid and encoding (its own weights are not used)."""
-    moved = (torch.tensor(end["centers"]) - torch.tensor(start["centers"])).norm(dim=1)  # [heads]
-    on_pixel = one_pixel_heads(layer_at(layer, end))
-    return {"travel": [round(d, 4) for d in moved.tolist()], "travel_mean": moved.mean().item(),
-            "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= far for h in on_pixel)}
-
-
 def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
-    """`travel` and `origins` of every layer with centers, from the first to the last
+    """`origins` of every layer with centers, from the first to the last
     heads.jsonl snapshot (records.head_snapshot; None for a layer without centers), with
     `path_mean`, the heads' mean path over the snapshots (path_length), and
     `already_nearest_chance`, what a fresh start of the run's `center_std` holds
@@ -205,7 +194,7 @@ def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
             found.append(None)
             continue
         heads = len(seen[0]["centers"])
-        moved = travel(layer, seen[0], seen[-1]) | origins(layer, seen[0], seen[-1])
+        moved = origins(layer, seen[0], seen[-1])
         found.append(moved | {"path_mean": sum(path_length(seen)) / heads,
                               "already_nearest_chance": fresh_start_held(moved["pixels"], heads, center_std)})
     return found
@@ -219,8 +208,9 @@ def nearest_pixels(start: dict) -> list:
 def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
     """Between the start's snapshot and `now` (heads.jsonl or steps.jsonl heads with centers).
 
-    How far the heads went: `travel_mean`, the net distance |c_now - c_start| (px) averaged
-    over every head, and `travel_one_pixel` over the heads one-pixel now (None: none); their
+    How far the heads went: `travel`, each head's net distance |c_now - c_start| (px), its mean
+    `travel_mean` and largest `travel_max`, `travel_one_pixel` its mean over the heads one-pixel
+    now (None: none) and `travelled` how many of those moved a pixel or more; their
     median `alpha` now, `wide` and `sharp`, how many have alpha below WIDE and at least SHARP, and
     `sharp_began_nearest`, how many of those k sharp heads were among the k that began nearest the
     query, against `sharp_began_nearest_chance` = k^2 / heads, its mean for k heads drawn at random
@@ -250,7 +240,8 @@ def origins(layer: SelfAttention2d, start: dict, now: dict) -> dict:
         spreads = dict(alpha=torch.tensor(now["alpha"]).median().item(), wide=sum(a < WIDE for a in now["alpha"]),
                        sharp=len(sharp), sharp_began_nearest=len(set(sharp) & set(began_nearest)),
                        sharp_began_nearest_chance=len(sharp) ** 2 / len(begun))
-    return spreads | {"travel_mean": moved.mean().item(),
+    return spreads | {"travel": [round(d, 4) for d in moved.tolist()], "travel_mean": moved.mean().item(),
+                       "travel_max": moved.max().item(), "travelled": sum(moved[h].item() >= 1 for h in on_pixel),
                        "travel_one_pixel": moved[list(on_pixel)].mean().item() if on_pixel else None,
                        "start_pixels": len(set(nearest)), "pixels": sorted(holders), "one_pixel": len(holders),
                        "already_nearest": held(holders, nearest),

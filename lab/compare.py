@@ -48,7 +48,7 @@ ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all he
            "one_pixel": "distinct pixels of one-pixel heads",
            "already_nearest": "of those, a head's nearest pixel at its own start",
            "already_nearest_other": "chance: the same against another seed's start",
-           "already_nearest_fresh": "chance: the same against a fresh start (exact mean)",
+           "already_nearest_chance": "chance: the same against a fresh start (exact mean)",
            "own_start": "one-pixel heads on their own start's nearest pixel",
            "own_start_chance": "chance: the start's pixels dealt to the heads at random",
            "shared": "pixels held by 2+ one-pixel heads", "shared_start_gap": "start distance of heads sharing one, px"}
@@ -208,7 +208,7 @@ def pooled_held(members: list, layer: int, step: int) -> str:
     """One line: the one-pixel pixels the seeds' own starts held, summed over the seeds, against a
     fresh start's exact mean and the chance that fresh starts hold at least as many."""
     found = [f[step] for f in group_origins(members, layer)]
-    held, fresh = sum(a["already_nearest"] for a in found), sum(a["already_nearest_fresh"] for a in found)
+    held, fresh = sum(a["already_nearest"] for a in found), sum(a["already_nearest_chance"] for a in found)
     std, heads = with_defaults(members[0]["config"])["center_std"], len(members[0]["heads"][0][layer - 1]["centers"])
     tail = measures.fresh_start_tail([a["pixels"] for a in found], heads, std, held)
     return (f"layer {layer}, step {step:,}, {len(found)} seeds: their own starts held {held} of their "

@@ -65,7 +65,7 @@ def add_start(run: dict):
     """Into the final epoch's measures of each layer: the same measures at the run's start
     (`start_` + name), from its model rebuilt as train.py initialized it (its seed), when that
     model's heads match the run's heads.jsonl epoch 0 (else the start is not known); and, for
-    heads with centers, the travel from the first to the last snapshot (measures.travel)."""
+    heads with centers, the travel from the first to the last snapshot (measures.origins)."""
     path, final = run["path"] / "heads.jsonl", run["metrics"][-1].get("layers")
     if not path.exists() or not final:
         return
@@ -222,7 +222,7 @@ def group_origins(members: list, layer: int) -> list:
         for at in steps.values():
             at["already_nearest_other"] = statistics.fmean(measures.held(at["pixels"], s) for s in others) \
                 if others else None
-            at["already_nearest_fresh"] = measures.fresh_start_held(at["pixels"], len(starts[i]), std)
+            at["already_nearest_chance"] = measures.fresh_start_held(at["pixels"], len(starts[i]), std)
     return found
 
 

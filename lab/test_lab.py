@@ -327,13 +327,15 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
     runs = [run_from(f"s{seed}", seed, start) for seed in (0, 1)]
     found = experiments.run_origins(runs[0], 1)
     assert {k: v for k, v in found[0].items() if k not in ("shared_start_gap", "travel_one_pixel")} == dict(
-        travel_mean=0.0, path=0.0, alpha=0.5, wide=0, sharp=0, sharp_began_nearest=0,
+        travel=[0.0, 0.0, 0.0], travel_mean=0.0, travel_max=0.0, travelled=0, path=0.0, alpha=0.5, wide=0, sharp=0, sharp_began_nearest=0,
         sharp_began_nearest_chance=0.0, start_pixels=2, pixels=[], one_pixel=0, already_nearest=0, own_start=0,
         own_start_chance=0.0, shared=0)
     assert found[0]["shared_start_gap"] is None and found[0]["travel_one_pixel"] is None  # none shared, none one-pixel
     moved = [math.hypot(0.1, 0.1), math.hypot(0.2, 0.1), math.hypot(0.1, 0.2)]
     assert found[100].pop("pixels") == [(0, 1), (1, 0)] and found[200]["pixels"] == [(-1, -1), (1, 0)]
-    assert found[100] == pytest.approx(dict(travel_mean=sum(moved) / 3, travel_one_pixel=sum(moved) / 3, path=sum(moved) / 3,
+    assert found[100].pop("travel") == pytest.approx(moved, abs=1e-4)  # rounded to 4 places
+    assert found[100] == pytest.approx(dict(travel_mean=sum(moved) / 3, travel_max=max(moved), travelled=0,
+                                            travel_one_pixel=sum(moved) / 3, path=sum(moved) / 3,
                                             alpha=10.0, wide=0, sharp=3, sharp_began_nearest=3,
                                             sharp_began_nearest_chance=3.0, start_pixels=2, one_pixel=2, already_nearest=2, own_start=3, own_start_chance=5 / 3, shared=1,
                                             shared_start_gap=math.sqrt(0.1)))
