@@ -37,6 +37,7 @@ from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, set_grid, shift_table
 from measures import measures
+from records import output_folder
 from runtime import command_line, option, parse_flags
 
 
@@ -260,12 +261,13 @@ def main():
     cfg = Config(**parse_flags(Config, __doc__))
     if min(cfg.alphas) <= 0 or cfg.steps < 1:
         raise ValueError(f"--alphas must be positive and --steps at least 1, got {cfg.alphas} and {cfg.steps}")
+    out = output_folder(cfg.out, "runs/prove")  # refused before the tables if it holds a run
     torch.manual_seed(cfg.seed)
     error_table(cfg)
     print()
     converse_table()
     print()
-    print(f"wrote {plot_paths(learnability(cfg), Path(cfg.out))}")
+    print(f"wrote {plot_paths(learnability(cfg), out)}")
 
 
 if __name__ == "__main__":

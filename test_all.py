@@ -10,8 +10,6 @@ Every fast path is held to an independent reference: the dense equations, F.conv
 eq. 15 written out here, the paper's tables for parameter counts.
 """
 import copy
-import dataclasses
-import fnmatch
 import glob
 import hashlib
 import io
@@ -1518,7 +1516,7 @@ def test_a_stop_during_prunes_fine_tuning_ends_as_trains_does(gaussian_run, tmp_
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
-    assert f"Continue with: python train.py --resume runs/ckpt-pruned" in err.splitlines()[-1]
+    assert "Continue with: python train.py --resume runs/ckpt-pruned" in err.splitlines()[-1]
     saved = torch.load(tmp_path / "runs" / "ckpt-pruned" / "checkpoint.pt", weights_only=True)
     assert saved["optimizer"] is not None and 0 < saved["epoch"] * 6 + saved["step"] < 200 * 6
 

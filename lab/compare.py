@@ -25,7 +25,6 @@ import json
 import statistics
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import matplotlib
 from scipy import stats
@@ -35,6 +34,7 @@ from lab import plots
 from lab.experiments import (CURVES, LAYER_MEASURES, MEASURES, check_layers, difference, end_of, group, group_origins,
                              has_layer, labels, load_run, spread, summarize, values, with_defaults)
 from model import model_from_config
+from records import output_folder
 from runtime import command_line, option, parse_flags
 
 
@@ -221,6 +221,7 @@ def main():
     cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
     groups = group([load_run(path) for path in cfg.runs])
     check_layers([r for g in groups.values() for r in g], [cfg.layer, *cfg.origins])
+    out = output_folder(cfg.out, "") if cfg.out else None  # never a run's folder
     print(table(groups))
     if len(groups) > 1:
         print("\nDifferences between experiments (final epoch):")
@@ -236,11 +237,11 @@ def main():
     if cfg.origins:
         print(f"\nLayers {', '.join(map(str, cfg.origins))} against the start (measures.origins; steps.jsonl):")
         print(origins_table(groups, cfg.at or [0], cfg.origins))
-    if cfg.out:
-        print(f"wrote {plots.curves_figure(groups, Path(cfg.out))}")
+    if out:
+        print(f"wrote {plots.curves_figure(groups, out)}")
         if cfg.origins:
-            print(f"wrote {plots.origins_figure(groups, cfg.origins, Path(cfg.out), cfg.origins_x)}")
-        runs, out = [r for g in groups.values() for r in g], Path(cfg.out)
+            print(f"wrote {plots.origins_figure(groups, cfg.origins, out, cfg.origins_x)}")
+        runs = [r for g in groups.values() for r in g]
         for figure in (partial(plots.loss_figure, groups, out),
                        partial(plots.steps_figure, groups, cfg.layer, out),
                        partial(plots.grids_figure, runs, cfg.layer, out),

@@ -25,10 +25,8 @@ import prune as prune_lib
 import records
 import train as train_lib
 import visualize as viz
-from attention import ENCODINGS, kernel_shifts
+from attention import ENCODINGS
 from lab import bench, compare, experiments, plots
-from measures import central_probs, layer_measures
-from records import head_snapshot
 from test_all import check_commands, flushes_subnormals, needs_cuda, not_blank, small_config
 
 ROOT = Path(__file__).resolve().parent.parent
