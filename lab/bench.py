@@ -264,7 +264,7 @@ def bench_models(device, cfg: Config) -> list:
     ran about 10x slower than fp32 (RESULTS.md), and these rows would take hours."""
     precision, reason = choose_precision(device)
     dtypes = (torch.float32, torch.bfloat16) if precision == "bf16" else (torch.float32,)
-    peaks = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else PEAK_N.get(device.type, 2048)) for d in dtypes}
+    products = {str(d)[6:]: matmul(device, d, 256 if cfg.quick else PEAK_N.get(device.type, 2048)) for d in dtypes}
     rows = [] if precision == "bf16" else [dict(device=str(device), kind="untimed", name="bfloat16", reason=reason)]
     for row, name, overrides, batch in model_sizes(cfg.quick, device.type == "cuda", cfg.compile):
         torch.manual_seed(0)
@@ -272,13 +272,13 @@ def bench_models(device, cfg: Config) -> list:
         flops = counted_flops(model, training=True) * batch  # the step's forward and backward, as it trains
         net = torch.compile(model) if row.endswith("compiled") else model
         step = training_step(net, batch, device)
-        steps = {str(d)[6:]: lambda d=d: step(d) for d in dtypes} | {f"peak {p}": mm for p, (mm, _) in peaks.items()}
+        steps = {str(d)[6:]: lambda d=d: step(d) for d in dtypes} | {f"peak {p}": mm for p, (mm, _) in products.items()}
         seconds = measure(steps, device, cfg.repeats)
-        for precision, (_, peak_flops) in peaks.items():
-            peak = peak_flops / seconds[f"peak {precision}"]
-            rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=precision,
-                             images_per_s=batch / seconds[precision], gflop_per_image=flops / batch / 1e9,
-                             peak_flop_per_s=peak, utilization=flops / seconds[precision] / peak,
+        for dtype, (_, peak_flops) in products.items():  # "float32", "bfloat16": torch's names
+            peak = peak_flops / seconds[f"peak {dtype}"]
+            rows.append(dict(device=str(device), kind="model", name=row, batch=batch, precision=dtype,
+                             images_per_s=batch / seconds[dtype], gflop_per_image=flops / batch / 1e9,
+                             peak_flop_per_s=peak, utilization=flops / seconds[dtype] / peak,
                              compiled=row.endswith("compiled")))
     return rows
 
