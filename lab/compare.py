@@ -220,7 +220,7 @@ def main():
     matplotlib.use("Agg")  # figures to files only
     cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
     groups = group([load_run(path) for path in cfg.runs])
-    check_layers([r for g in groups.values() for r in g], [cfg.layer, *cfg.origins])
+    check_layers([r for g in groups.values() for r in g], cfg.layer, cfg.origins)
     out = output_folder(cfg.out, "") if cfg.out else None  # never a run's folder
     print(table(groups))
     if len(groups) > 1:

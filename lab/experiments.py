@@ -147,12 +147,15 @@ def summarize(members: list) -> dict:
                 layers=per_layer, data=data_name(members[0]["config"]))
 
 
-def check_layers(runs: list, layers: list):
-    """One clear error for a layer (1-based) that not every run has."""
-    fewest = min(with_defaults(r["config"])["layers"] for r in runs)
-    wrong = sorted({layer for layer in layers if not 1 <= layer <= fewest})
+def check_layers(runs: list, layer: int, origins: list):
+    """One clear error for a --layer (1-based) that not every run has, or an --origins layer that no run has
+    (origins_table shows each layer for the runs that have it)."""
+    depths = [with_defaults(r["config"])["layers"] for r in runs]
+    if not 1 <= layer <= min(depths):
+        raise ValueError(f"--layer takes layers 1 to {min(depths)} (every run has them), got {layer}")
+    wrong = sorted({o for o in origins if not 1 <= o <= max(depths)})
     if wrong:
-        raise ValueError(f"--layer and --origins take layers 1 to {fewest} (every run has them), got {wrong}")
+        raise ValueError(f"--origins takes layers 1 to {max(depths)} (the deepest run's), got {wrong}")
 
 
 def values(members: list, name: str, layer: int, step: int = None) -> list:

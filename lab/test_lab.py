@@ -234,11 +234,13 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
 
 
 def test_a_layer_that_not_every_run_has_is_one_clear_error(tmp_path):
-    """--layer 0 read the last layer (Python's index -1) and --layer 5 of a 2-layer run raised an IndexError."""
+    """--layer 0 had read the last layer (Python's index -1) and --layer 5 of a 2-layer run raised an IndexError."""
     runs = [experiments.load_run(write_run(tmp_path / f"r{n}", 0, [0.5], layers=n)) for n in (2, 6)]
-    experiments.check_layers(runs, [1, 2])
-    with pytest.raises(ValueError, match=r"layers 1 to 2 \(every run has them\), got \[0, 3\]"):
-        experiments.check_layers(runs, [0, 1, 3])
+    experiments.check_layers(runs, 2, [1, 6])  # --origins shows a layer for the runs that have it
+    for layer, origins, message in ((0, [], r"--layer takes layers 1 to 2 \(every run has them\), got 0"),
+                                    (3, [], "got 3"), (1, [0, 1, 7], r"--origins takes layers 1 to 6 .*, got \[0, 7\]")):
+        with pytest.raises(ValueError, match=message):
+            experiments.check_layers(runs, layer, origins)
 
 
 def test_the_difference_of_two_experiments_has_welchs_interval_and_p_value(tmp_path):
