@@ -87,9 +87,7 @@ class Quadratic(nn.Module):
     def alpha(self, value):  # a number, or one a head
         with torch.no_grad():
             value = torch.as_tensor(value, dtype=self.sqrt_2alpha.dtype, device=self.sqrt_2alpha.device)
-            if (value < self.min_alpha).any():
-                raise ValueError(f"alpha must be at least the floor min_alpha = {float(self.min_alpha)}, got {value.tolist()}")
-            root = (2 * (value - self.min_alpha)).sqrt()
+            root = (2 * (value - self.min_alpha)).clamp(min=0).sqrt()  # below the floor: the floor
             self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
     def logits(self, delta):  # delta [..., 2] -> [heads, ...]
