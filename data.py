@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from runtime import command_line, option, parse_flags
+from runtime import command_line, option, output_folder, parse_flags
 
 
 @dataclass
@@ -318,11 +318,12 @@ def save_grid(split: Split, path: Path, names=CLASSES, per_class: int = 8):
 class Config:
     data_dir: str = option("data", "folder holding (or to receive) CIFAR-10")
     dataset: str = option("cifar10", "CIFAR-10, or tiled motifs made in memory", choices=["cifar10", "synthetic"])
-    out: str = option("runs/data", "folder for the sample grid")
+    out: str = option("", "folder for the sample grid (default runs/data)")
 
 
 def main():
     args = Config(**parse_flags(Config, __doc__))
+    out = output_folder(args.out, "runs/data")  # refused before loading if it holds a run
     train, test = load(args.dataset, args.data_dir)
     mean, std = channel_stats(train.images)
     for name, split in (("train", train), ("test", test)):
@@ -331,10 +332,10 @@ def main():
     print(f"train mean {[round(v, 4) for v in mean.tolist()]}, std {[round(v, 4) for v in std.tolist()]} (RGB, [0, 1])")
     found = identity(args.dataset, args.data_dir)
     print(f"data: {found['name']} (md5 {found['md5']})")
-    path = Path(args.out) / f"data_{args.dataset}_samples.png"
+    path = out / f"data_{args.dataset}_samples.png"
     save_grid(train, path, CLASSES if args.dataset == "cifar10" else [f"motif {c}" for c in range(10)])
     print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    command_line(main, (DataError,))
+    command_line(main, (DataError, ValueError))

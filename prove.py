@@ -37,8 +37,7 @@ from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, set_grid, shift_table
 from measures import measures
-from records import output_folder
-from runtime import command_line, option, parse_flags
+from runtime import command_line, option, output_folder, parse_flags
 
 
 class ConvAsAttention(nn.Module):

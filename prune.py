@@ -28,8 +28,9 @@ import torch
 import train as train_lib
 from data import Batches, DataError
 from model import count_parameters, model_from_config, paper_flops
-from records import kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
-from runtime import PRECISIONS, TrainingError, choose_precision, command_line, option, parse_flags, pick_device
+from records import kept_heads, load_checkpoint, model_from_checkpoint, run_name
+from runtime import (PRECISIONS, TrainingError, choose_precision, command_line, option, output_folder, parse_flags,
+                     pick_device)
 
 
 @dataclass

@@ -8,8 +8,8 @@ layer's measures), heads.jsonl (the heads per epoch, Figs. 2 and 5), steps.jsonl
 --log-every: the measures and heads every few steps, and at step 0) and checkpoint.pt
 (train.save_checkpoint: everything `--resume` needs to continue exactly).
 
-Every command writes under runs/ unless told otherwise (`output_folder`), and never into a
-folder that holds a run, unless it resumes that run.
+Every command writes under runs/ unless told otherwise, and never into a folder that holds
+a run, unless it resumes that run (runtime.output_folder).
 """
 import json
 import os
@@ -31,24 +31,10 @@ from runtime import Progress
 
 # ---- run folders and checkpoints --------------------------------------------------------------
 
-RUN_FILES = ("config.json", "metrics.jsonl", "heads.jsonl", "steps.jsonl", "checkpoint.pt")
-
-
 def run_name(path) -> str:
     """What a run is called after: its folder's name, or a checkpoint file's stem (ckpt.pt: ckpt)."""
     path = Path(path)
     return path.parent.resolve().name if path.name == "checkpoint.pt" else path.stem
-
-
-def output_folder(out: str, default: str) -> Path:
-    """The folder a command writes to: `out`, else `default` (under runs/); refused (one line)
-    when it holds a run, which only `train.py --resume` may write to."""
-    folder = Path(out or default)
-    held = [name for name in RUN_FILES if (folder / name).exists()]
-    if held:
-        resume = f"continue it with python train.py --resume {folder}, or " if "checkpoint.pt" in held else ""
-        raise ValueError(f"{folder} holds a run ({', '.join(held)}): {resume}choose another --out")
-    return folder
 
 
 def atomic_save(obj, path: Path):

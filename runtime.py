@@ -1,7 +1,8 @@
 """The machinery around the scripts, none of which changes what the paper computes.
 
 - the command line: every script's Config dataclass becomes its flags (`option`,
-  `parse_flags`), and `command_line` ends a script with one line and an exit code;
+  `parse_flags`), `output_folder` is where it writes (never into a run's folder), and
+  `command_line` ends a script with one line and an exit code;
 - the device (cuda, then mps, then cpu) and the precision it computes natively (bf16, fp16
   with a gradient scaler, fp32), decided once per run;
 - progress: images/s and the run's remaining time on stderr;
@@ -19,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -56,6 +58,20 @@ def parse_flags(config_class, doc: str, argv=None, positional=()) -> dict:
 def flag(name: str) -> str:
     """A setting's flag: position_lr -> --position-lr."""
     return "--" + name.replace("_", "-")
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "heads.jsonl", "steps.jsonl", "checkpoint.pt")
+
+
+def output_folder(out: str, default: str) -> Path:
+    """The folder a command writes to: `out`, else `default` (under runs/); refused (one line)
+    when it holds a run, which only `train.py --resume` may write to."""
+    folder = Path(out or default)
+    held = [name for name in RUN_FILES if (folder / name).exists()]
+    if held:
+        resume = f"continue it with python train.py --resume {folder}, or " if "checkpoint.pt" in held else ""
+        raise ValueError(f"{folder} holds a run ({', '.join(held)}): {resume}choose another --out")
+    return folder
 
 
 def command_line(main, errors: tuple):

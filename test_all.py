@@ -1492,6 +1492,7 @@ def test_every_command_writes_under_runs_named_after_its_input_and_never_into_a_
     for command in (["prune", ckpt, "--no-finetune"],  # the same output again
                     ["prune", ckpt, "--no-finetune", "--out", gaussian_run],  # a run's folder
                     ["visualize", gaussian_run, "--out", gaussian_run],
+                    ["data", "--dataset", "synthetic", "--out", gaussian_run],
                     ["train", "--dataset", "synthetic", "--out", gaussian_run]):
         before = {p.name: p.stat().st_mtime_ns for p in gaussian_run.iterdir()}
         result = script(*command, cwd=tmp_path)
@@ -1564,6 +1565,15 @@ def test_fig7_is_a_pruned_runs_and_a_list_of_heads_alone_does_not_make_one(gauss
     assert accuracy_figures("unpruned") == ["fig4_test_accuracy.png"]
     (run / "kept_heads.json").write_text(json.dumps({"layers": [list(range(config["heads"]))] * config["layers"]}))
     assert accuracy_figures("pruned") == ["fig7_test_accuracy.png"]
+
+
+def test_a_compared_run_without_weights_is_left_out_of_the_locality_figure(gaussian_run, tmp_path, capsys):
+    bare = tmp_path / "bare"  # a run whose checkpoint was not kept: its accuracy is drawn, its kernels cannot be
+    shutil.copytree(gaussian_run, bare)
+    (bare / "checkpoint.pt").unlink()
+    written = viz.visualize(viz.Config(run=str(gaussian_run), out=str(tmp_path / "figs"), compare=[str(bare)]))
+    assert {"fig4_test_accuracy.png", "locality.png"} <= {p.name for p in written}
+    assert f"locality figure: {bare} has no checkpoint.pt (its weights were not kept); left out" in capsys.readouterr().out
 
 
 def test_fig5_for_a_content_model(tmp_path):

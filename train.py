@@ -29,9 +29,9 @@ import data as data_lib
 from attention import ENCODINGS, FastSelfAttention2d
 from measures import head_overlap
 from model import MODELS, model_from_config
-from records import Run, atomic_save, load_checkpoint, output_folder
+from records import Run, atomic_save, load_checkpoint
 from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, flag, option,
-                     parse_flags, pick_device, processes)
+                     output_folder, parse_flags, pick_device, processes)
 
 
 @dataclass
@@ -60,8 +60,8 @@ class Config:
     spread_hold: float = option(0.0, "fraction of the steps during which every head's spread keeps its start "
                                      "while the centers move (paper: 0); the spread is set by quadratic alpha or "
                                      "gaussian Sigma^-1/2, inverse widths: the larger, the narrower the head")
-    grid_start: bool = option(False, "start head h at the h-th shift of the sqrt(heads) x sqrt(heads) kernel (3x3 for 9) plus its draw "
-                                     "(ConViT's local init; paper: no)")
+    grid_start: bool = option(False, "start head h at the h-th shift of the sqrt(heads) x sqrt(heads) kernel "
+                                     "(3x3 for 9) plus its draw (ConViT's local init; paper: no)")
     min_alpha: float = option(0.0, "floor of a quadratic head's alpha (paper: 0): it cannot widen past it")
     overlap: float = option(0.0, "weight in the loss of the heads' overlap, measures.head_overlap (paper: 0)")
     # the run: data, preset, records and machinery (records.py, runtime.py)
@@ -379,8 +379,8 @@ def check_config(cfg: Config):
     if cfg.subset < 0:
         raise ValueError(f"--subset must be 0 (all images) or a number of images, got {cfg.subset}")
     for name, low, high in (("lr", 0, math.inf), ("position_lr", 0, math.inf), ("momentum", 0, 1),
-                            ("weight_decay", 0, math.inf), ("min_alpha", 0, math.inf), ("warmup", 0, 1), ("spread_hold", 0, 1), ("overlap", 0, math.inf), ("dropout", 0, 1),
-                            ("attention_dropout", 0, 1)):
+                            ("weight_decay", 0, math.inf), ("min_alpha", 0, math.inf), ("warmup", 0, 1),
+                            ("spread_hold", 0, 1), ("overlap", 0, math.inf), ("dropout", 0, 1), ("attention_dropout", 0, 1)):
         if not low <= getattr(cfg, name) <= high or (name.endswith("dropout") and getattr(cfg, name) == 1):
             raise ValueError(f"{flag(name)} must lie in [{low}, {high}{')' if name.endswith('dropout') else ']'}, "
                              f"got {getattr(cfg, name)}")

@@ -34,8 +34,8 @@ import torch
 import data as data_lib
 import measures
 from attention import RowColumn
-from records import environment, is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, output_folder, run_name
-from runtime import command_line, option, parse_flags
+from records import environment, is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, run_name
+from runtime import command_line, option, output_folder, parse_flags
 
 
 @dataclass

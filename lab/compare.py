@@ -34,8 +34,7 @@ from lab import plots
 from lab.experiments import (CURVES, LAYER_MEASURES, MEASURES, check_layers, difference, end_of, group, group_origins,
                              has_layer, labels, load_run, spread, summarize, values, with_defaults)
 from model import model_from_config
-from records import output_folder
-from runtime import command_line, option, parse_flags
+from runtime import command_line, option, output_folder, parse_flags
 
 
 ORIGINS = {"travel_mean": "travel: net distance from the start, mean over all heads, px",
