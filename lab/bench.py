@@ -10,8 +10,9 @@
    a GPU, 16 on the CPU), forward + backward, the paper's SelfAttention2d ("dense": the
    T x T product, as the authors' code does it) against FastSelfAttention2d ("fast", what
    the network uses), for every encoding, also with dropout 0.1 on
-   the attention probabilities (training mode), which takes the fast layer's dense path (also
-   under bf16 autocast where the device computes bf16 natively); and the layer's own Linear(3600, 400) alone
+   the attention probabilities (training mode), which takes the fast layer's dense path (quadratic
+   and gaussian also under bf16 autocast, with and without that dropout, where the device computes
+   bf16 natively); and the layer's own Linear(3600, 400) alone
    on the same input, the floor any implementation pays ("x Linear": a layer's time over
    the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
@@ -144,8 +145,8 @@ def bench_layers(device, cfg: Config) -> list:
     rows = [dict(device=str(device), kind="layer", name=f"Linear({heads * dim}, {dim}) alone", batch=batch,
                  fast_s=floor, fast_bytes=memory(*linear, device))]
     names = list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
-    if choose_precision(device)[0] == "bf16":  # the dense path as A.4 trains it, under bf16 autocast
-        names += [f"{e}+attn dropout+bf16" for e in ("quadratic", "gaussian")]
+    if choose_precision(device)[0] == "bf16":  # under bf16 autocast: the factorized path, and the dense as A.4 trains it
+        names += [f"{e}{d}+bf16" for e in ("quadratic", "gaussian") for d in ("", "+attn dropout")]
     for name in names:
         encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * ("dropout" in name)
         torch.manual_seed(0)

@@ -171,7 +171,7 @@ def test_bench_quick_measures_every_encoding(monkeypatch):
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
     assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS] + [
-        "quadratic+attn dropout+bf16", "gaussian+attn dropout+bf16"]
+        "quadratic+bf16", "quadratic+attn dropout+bf16", "gaussian+bf16", "gaussian+attn dropout+bf16"]
     assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
     (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
