@@ -10,9 +10,10 @@
    a GPU, 16 on the CPU), forward + backward, the paper's SelfAttention2d ("dense": the
    T x T product, as the authors' code does it) against FastSelfAttention2d ("fast", what
    the network uses), for every encoding, also with dropout 0.1 on
-   the attention probabilities (training mode), which takes the fast layer's dense path (quadratic
-   and gaussian also under bf16 autocast, with and without that dropout, where the device computes
-   bf16 natively); and the layer's own Linear(3600, 400) alone
+   the attention probabilities (training mode), which takes the fast layer's dense path (also
+   under bf16 autocast where the device computes bf16 natively); "quadratic+dense path" times the
+   fast layer's two paths without dropout, its dense path ("dense" there) against the factorized
+   (in fp32, and in bf16 where native); and the layer's own Linear(3600, 400) alone
    on the same input, the floor any implementation pays ("x Linear": a layer's time over
    the floor's, timed alongside it).
 2. Model: a training step (forward, backward, SGD) as images/s and as utilization, the
@@ -136,6 +137,13 @@ def matmul(device, dtype, n: int) -> tuple:
     return (lambda: torch.mm(a, a, out=c)), 2 * n**3
 
 
+class DensePath(FastSelfAttention2d):
+    """The fast layer held to its dense path (every head's T x T probabilities in one product),
+    which it takes only for attention dropout or inseparable logits: what that path costs where
+    the layer would factorize."""
+    factorized = False
+
+
 def bench_layers(device, cfg: Config) -> list:
     batch, dim, grid = (4, 64, (8, 8)) if cfg.quick else (100 if device.type == "cuda" else 16, 400, (16, 16))
     heads = 9
@@ -144,14 +152,16 @@ def bench_layers(device, cfg: Config) -> list:
     floor = measure({"linear": linear[0]}, device, cfg.repeats)["linear"]
     rows = [dict(device=str(device), kind="layer", name=f"Linear({heads * dim}, {dim}) alone", batch=batch,
                  fast_s=floor, fast_bytes=memory(*linear, device))]
-    names = list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
-    if choose_precision(device)[0] == "bf16":  # under bf16 autocast: the factorized path, and the dense as A.4 trains it
-        names += [f"{e}{d}+bf16" for e in ("quadratic", "gaussian") for d in ("", "+attn dropout")]
+    quadratic, *others = ENCODINGS
+    names = [quadratic, "quadratic+dense path", *others, "quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS]
+    if choose_precision(device)[0] == "bf16":  # under bf16 autocast: the two paths, and the dense as A.4 trains it
+        names += ["quadratic+dense path+bf16", "quadratic+attn dropout+bf16", "gaussian+attn dropout+bf16"]
     for name in names:
         encoding, content, dropout = name.split("+")[0], name.endswith("content"), 0.1 * ("dropout" in name)
         torch.manual_seed(0)
         fast = FastSelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
-        dense = SelfAttention2d(dim, heads, grid, encoding, content, dropout).to(device)
+        reference = DensePath if "dense path" in name else SelfAttention2d
+        dense = reference(dim, heads, grid, encoding, content, dropout).to(device)
         dense.load_state_dict(fast.state_dict())
         bf16 = name.endswith("bf16")
         steps = dict(dense=layer_step(dense, x, bf16), fast=layer_step(fast, x, bf16), floor=linear)

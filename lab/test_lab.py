@@ -170,9 +170,16 @@ def test_bench_quick_measures_every_encoding(monkeypatch):
     monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
     rows = bench.bench_layers(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     names = [r["name"] for r in rows]
-    assert names[1:] == list(ENCODINGS) + ["quadratic+content"] + [f"{e}+attn dropout" for e in ENCODINGS] + [
-        "quadratic+bf16", "quadratic+attn dropout+bf16", "gaussian+bf16", "gaussian+attn dropout+bf16"]
+    assert names[1:] == ["quadratic", "quadratic+dense path"] + list(ENCODINGS)[1:] + ["quadratic+content"] + [
+        f"{e}+attn dropout" for e in ENCODINGS] + ["quadratic+dense path+bf16", "quadratic+attn dropout+bf16",
+                                                   "gaussian+attn dropout+bf16"]
     assert all(r["fast_s"] > 0 and r["fast_bytes"] > 0 for r in rows)
+    torch.manual_seed(0)  # "dense path" holds the fast layer to its dense path, computing the same layer
+    fast, held = attention.FastSelfAttention2d(16, 4, (4, 4), "quadratic"), bench.DensePath(16, 4, (4, 4), "quadratic")
+    held.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 4, 4, 16)
+    assert fast.factorized and not held.factorized
+    torch.testing.assert_close(held(x), fast(x))
     (subnormals,) = bench.bench_subnormals(torch.device("cpu"), bench.Config(quick=True, repeats=1))
     assert subnormals["speedup"] == subnormals["computed_s"] / subnormals["flushed_s"] > 0
     assert torch.get_num_threads() == threads  # restored after its one-thread measurement
