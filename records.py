@@ -149,10 +149,13 @@ class Run:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         data = data_lib.identity(self.cfg.dataset, self.cfg.data_dir, self.cfg.seed)  # what the run read
+        now = environment(self.device)
         record = asdict(self.cfg) | {"not_applied": self.cfg.not_applied(), "data": data,
-                                     "environment": environment(self.device) | {"precision": self.reason}}
+                                     "environment": now | {"precision": self.reason}}
+        moved = ""  # resumed elsewhere: what computes otherwise than in the part before
         if self.global_step:  # resumed: what computed each earlier part, with the step it stopped at
             before = json.loads((self.out / "config.json").read_text())
+            moved = changes(before["environment"], now)
             parts = before.get("earlier_parts", [])
             if not parts or parts[-1]["until_step"] < self.global_step:  # a part that made no step is left out
                 parts = parts + [before["environment"] | {"until_step": self.global_step}]
@@ -172,6 +175,9 @@ class Run:
                                          f"weight decay {g['weight_decay']:g}"
                                          + (" (the spreads: alpha or Sigma^-1/2)" if g["spread"] else "")
                                          for g in optimizer.param_groups), flush=True)
+        if moved:
+            print(f"resumed on other hardware or software ({moved}): it goes on in {self.cfg.precision}, "
+                  "but not bit for bit as one uninterrupted part would", flush=True)
 
     def start_epoch(self):
         """Start the epoch's clock where its saved training time left it."""
@@ -258,6 +264,13 @@ def environment(device: torch.device) -> dict:
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({cpu_class()}{limits})"
     return dict(commit=commit or "unknown", dirty=dirty, torch=torch.__version__, device=str(device),
                 hardware=hardware, cpu_threads=torch.get_num_threads())
+
+
+def changes(before: dict, now: dict) -> str:
+    """What computes a resumed run otherwise than its part before: another torch, device, CPU or
+    thread count sums in another order (the same precision, other roundings); '' when nothing."""
+    return "; ".join(f"{key} {before.get(key)} -> {now[key]}" for key in ("torch", "device", "hardware", "cpu_threads")
+                     if before.get(key) != now[key])
 
 
 def cpuinfo(key: str) -> list:

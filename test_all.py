@@ -1118,31 +1118,52 @@ def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
     assert last["test_acc"] > 0.3  # chance is 0.1
 
 
+def killed_after_epoch_1(monkeypatch, cfg):
+    """Train cfg as if killed (SIGKILL) right after epoch 1's checkpoint was saved."""
+    real_save = train_lib.atomic_save
+
+    def killed(obj, path):
+        real_save(obj, path)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(train_lib, "atomic_save", killed)
+    with pytest.raises(SystemExit):
+        train_lib.main(cfg)
+    monkeypatch.setattr(train_lib, "atomic_save", real_save)
+
+
 @pytest.mark.parametrize("precision, spread_hold, device", [("fp32", 0.0, "cpu"), ("bf16", 0.0, "cpu"), ("fp16", 0.0, "cpu"),
                                                            ("fp32", 0.7, "cpu"),
                                                            pytest.param("bf16", 0.0, "cuda", marks=on_gpu)])
-def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, precision, spread_hold, device):
+def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, capsys, precision, spread_hold, device):
     kw = dict(precision=precision, spread_hold=spread_hold, device=device)
     train_lib.main(small_config(tmp_path / "a", **kw))
     uninterrupted = final_weights(tmp_path / "a" / "run")
 
-    real_save = train_lib.atomic_save
-
-    def killed_after_first_checkpoint(obj, path):
-        real_save(obj, path)
-        raise SystemExit("killed")  # as a SIGKILL right after epoch 1 was saved
-
-    monkeypatch.setattr(train_lib, "atomic_save", killed_after_first_checkpoint)
-    with pytest.raises(SystemExit):
-        train_lib.main(small_config(tmp_path / "b", **kw))
-    monkeypatch.setattr(train_lib, "atomic_save", real_save)
+    killed_after_epoch_1(monkeypatch, small_config(tmp_path / "b", **kw))
     assert torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    capsys.readouterr()
     train_lib.main(train_lib.Config(resume=str(tmp_path / "b" / "run")))
+    assert "not bit for bit" not in capsys.readouterr().out  # the same machine: nothing to warn of
     resumed = final_weights(tmp_path / "b" / "run")
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
     lines = (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(l)["epoch"] for l in lines] == [1, 2]
+
+
+def test_a_resume_on_another_cpu_or_thread_count_says_it_is_not_bit_for_bit(tmp_path, monkeypatch, capsys):
+    killed_after_epoch_1(monkeypatch, small_config(tmp_path))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    here = dict(config["environment"])
+    config["environment"] |= {"hardware": "Another CPU (AVX512)", "cpu_threads": here["cpu_threads"] + 1}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))  # as if the first part ran elsewhere
+    capsys.readouterr()
+    train_lib.main(train_lib.Config(resume=str(tmp_path / "run")))
+    assert (f"resumed on other hardware or software (hardware Another CPU (AVX512) -> {here['hardware']}; "
+            f"cpu_threads {here['cpu_threads'] + 1} -> {here['cpu_threads']}): it goes on in fp32, but not bit for bit"
+            in capsys.readouterr().out)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["earlier_parts"][0]["cpu_threads"] == here["cpu_threads"] + 1
 
 
 def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(tmp_path, monkeypatch):
