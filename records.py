@@ -155,11 +155,11 @@ class Run:
         moved = ""  # resumed elsewhere: what computes otherwise than in the part before
         if self.global_step:  # resumed: what computed each earlier part, with the step it stopped at
             before = json.loads((self.out / "config.json").read_text())
-            moved = changes(before["environment"], now)
             parts = before.get("earlier_parts", [])
             if not parts or parts[-1]["until_step"] < self.global_step:  # a part that made no step is left out
                 parts = parts + [before["environment"] | {"until_step": self.global_step}]
             record["earlier_parts"] = parts
+            moved = changes(parts[-1], now)  # against the part that made the checkpoint's last step
         (self.out / "config.json").write_text(json.dumps(record, indent=1))
         keep_lines(self.out / "metrics.jsonl", self.epoch)  # a resumed run writes the rest again
         keep_lines(self.out / "heads.jsonl", self.epoch)

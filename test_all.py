@@ -1163,7 +1163,8 @@ def test_a_resume_on_another_cpu_or_thread_count_says_it_is_not_bit_for_bit(tmp_
     assert (f"resumed on other hardware or software (hardware Another CPU (AVX512) -> {here['hardware']}; "
             f"cpu_threads {here['cpu_threads'] + 1} -> {here['cpu_threads']}): it goes on in fp32, but not bit for bit"
             in capsys.readouterr().out)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["earlier_parts"][0]["cpu_threads"] == here["cpu_threads"] + 1
+    parts = json.loads((tmp_path / "run" / "config.json").read_text())["earlier_parts"]
+    assert [part["cpu_threads"] for part in parts] == [here["cpu_threads"] + 1]
 
 
 def test_ctrl_c_mid_epoch_saves_at_the_batch_boundary_and_resumes_bit_identical(tmp_path, monkeypatch):
