@@ -27,7 +27,9 @@ MODELS = ENCODINGS + ("resnet18",)
 CENTERED = ("quadratic", "gaussian")  # the encodings whose heads have centers
 # Paper, Tables 1-2: parameters and FLOPs (2 x multiply-adds of Linear/Conv layers).
 PAPER = {"quadratic": (12.1e6, 6.2e9), "gaussian": (12.1e6, 6.2e9), "learned": (12.3e6, 6.2e9),
-         "resnet18": (11.2e6, 1.1e9)}
+         "resnet18": (11.2e6, 1.1e9), "pruned": (9.7e6, 4.9e9)}
+# Table 2's pruned model: the Gaussian one with A.1's [2, 4, 1, 2, 6, 0] heads pruned from its 6 layers.
+PRUNED_HEADS = [9 - n for n in (2, 4, 1, 2, 6, 0)]
 
 
 def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
@@ -210,11 +212,12 @@ def an_image(model: nn.Module, image_size: int) -> torch.Tensor:
 def main():
     print(f"{'model':<11}{'params':>12}{'paper':>8}{'FLOPs (paper count)':>21}{'paper':>7}"
           f"{'all FLOPs, dense':>18}{'fast':>8}{'train step':>12}")
-    for name in MODELS:
+    rows = [(name, name, {}) for name in MODELS] + [("pruned", "gaussian", dict(heads=PRUNED_HEADS))]
+    for name, encoding, overrides in rows:
         torch.manual_seed(0)
-        model = build_model(name)
+        model = build_model(encoding, **overrides)
         paper_p, paper_f = (f"{v / s:.1f}{u}" for v, s, u in zip(PAPER.get(name, (0, 0)), (1e6, 1e9), "MB"))
-        fast = build_model(name, layer=FastSelfAttention2d) if name != "resnet18" else model
+        fast = build_model(encoding, layer=FastSelfAttention2d, **overrides) if name != "resnet18" else model
         print(f"{name:<11}{count_parameters(model):>12,}{paper_p if name in PAPER else '-':>8}"
               f"{paper_flops(model) / 1e9:>20.2f}B{paper_f if name in PAPER else '-':>7}"
               f"{counted_flops(model) / 1e9:>17.2f}B{counted_flops(fast) / 1e9:>7.2f}B"
