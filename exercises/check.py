@@ -5,15 +5,20 @@ gives, the reference it is held to and the tolerance.
     python -m exercises.check 3 --run runs/day3    # day 3 also reads your training run
     python -m exercises.check 1 --solutions        # the reference solutions (exercises/solutions/)
 
-Run it from the project's root. Each day's items live in exercises/dayN_check.py: every
-reference there is computed apart from your code (float64, `F.conv2d`, the paper's tables,
-the project's own layer) or is a band measured over committed runs. Passing is evidence, not
+Run it from the project's root. Each day's items live in exercises/dayN_check.py. Every
+reference there is computed apart from your code: in float64, by `F.conv2d`, from the paper's
+tables, by the project's own layer, or as a band over committed runs. Passing is evidence, not
 proof: a check tests the cases it names.
+
+A stretch goal is optional. Its items say SKIP until you write its function, and a SKIP never
+fails the day. Once written, a stretch item passes or fails like any other.
 """
 import argparse
 import importlib
+import importlib.util
 import math
 import sys
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +37,7 @@ class Item:
     hint: str = ""
     test: str = "within"
     high: float = math.inf
+    stretch: bool = False  # a stretch goal's item: SKIP while its function is unwritten
 
     def passes(self, value: float) -> bool:
         if not math.isfinite(value):
@@ -53,24 +59,51 @@ class Item:
 
 
 def evaluate(item: Item, yours) -> tuple:
-    """(passed, the line to print) for one item; an exception in your code is a FAIL, said in one line."""
+    """(status, the line to print) for one item: status PASS, FAIL or SKIP (an unwritten stretch goal).
+    An exception in your code is a FAIL, said in one line."""
     try:
         value = float(item.measure(yours))
     except NotImplementedError:
-        return False, f"FAIL  {item.name}: not written yet (NotImplementedError)\n      hint: {item.hint}"
+        if item.stretch:
+            return "SKIP", f"SKIP  {item.name}: a stretch goal, not written (optional)"
+        return "FAIL", f"FAIL  {item.name}: not written yet (NotImplementedError)\n      hint: {item.hint}"
     except Exception as e:  # a student's bug: name it and go on to the next item
-        return False, f"FAIL  {item.name}: {type(e).__name__}: {e}\n      hint: {item.hint}"
+        return "FAIL", f"FAIL  {item.name}: {type(e).__name__}: {e}\n      hint: {item.hint}"
     if item.passes(value):
-        return True, f"PASS  {item.name}: {value:.6g} ({item.rule()})"
-    return False, f"FAIL  {item.name}: {value:.6g} ({item.rule()})\n      hint: {item.hint}"
+        return "PASS", f"PASS  {item.name}: {value:.6g} ({item.rule()})"
+    return "FAIL", f"FAIL  {item.name}: {value:.6g} ({item.rule()})\n      hint: {item.hint}"
 
 
-def check(day: int, solutions: bool = False, run: str = "") -> list:
-    """Every item of `day` against your module (or the solutions'): [(passed, line), ...]."""
-    module = ("exercises.solutions." if solutions else "exercises.") + DAYS[day]
-    yours = importlib.import_module(module)
-    items = importlib.import_module(f"exercises.day{day}_check").items(run)
-    return [evaluate(item, yours) for item in items]
+def day_checks(day: int):
+    """The module exercises/dayN_check.py: its `items(run)`, `WRITE` (the functions a student
+    writes) and `STRETCH` (the stretch goals' functions)."""
+    return importlib.import_module(f"exercises.day{day}_check")
+
+
+def unwritten(day: int) -> types.SimpleNamespace:
+    """The day's stubs as they ship: every function of WRITE and STRETCH raises NotImplementedError.
+    Built here, not read from exercises/dayN_*.py, which a student edits."""
+    def stub(name):
+        def raises(*args, **kwargs):
+            raise NotImplementedError(name)
+        return raises
+    checks = day_checks(day)
+    return types.SimpleNamespace(**{name: stub(name) for name in (*checks.WRITE, *checks.STRETCH)})
+
+
+def check(day: int, solutions: bool = False, run: str = "", yours=None) -> list:
+    """Every item of `day` against your module, the solutions' (`solutions`) or any module
+    given as `yours`: [(status, line), ...], status PASS, FAIL or SKIP."""
+    if yours is None:
+        yours = importlib.import_module(("exercises.solutions." if solutions else "exercises.") + DAYS[day])
+    return [evaluate(item, yours) for item in day_checks(day).items(run)]
+
+
+def verdict(statuses: list) -> str:
+    """The day's summary line's counts: the items that pass, and the stretch goals' skipped items."""
+    count = {s: statuses.count(s) for s in ("PASS", "FAIL", "SKIP")}
+    line = f"{count['PASS']} of {len(statuses) - count['SKIP']} items pass"
+    return line + (f"; {count['SKIP']} stretch items skipped (optional)" if count["SKIP"] else "")
 
 
 def main(argv=None) -> int:
@@ -80,12 +113,15 @@ def main(argv=None) -> int:
     parser.add_argument("--solutions", action="store_true", help="check the reference solutions instead of yours")
     parser.add_argument("--run", default="", help="your training run's folder (day 3)")
     args = parser.parse_args(argv)
+    if args.solutions and importlib.util.find_spec("exercises.solutions") is None:
+        print("exercises/solutions/ is not in this copy: a students' copy has no solutions")
+        return 2
     results = check(args.day, args.solutions, args.run)
     for _, line in results:
         print(line)
-    passed = sum(ok for ok, _ in results)
-    print(f"day {args.day}: {passed} of {len(results)} items pass")
-    return 0 if passed == len(results) else 1
+    statuses = [status for status, _ in results]
+    print(f"day {args.day}: {verdict(statuses)}")
+    return 1 if "FAIL" in statuses else 0
 
 
 if __name__ == "__main__":

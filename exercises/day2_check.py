@@ -14,6 +14,10 @@ import model
 from attention import FastSelfAttention2d, SelfAttention2d
 from exercises.check import Item
 
+# exercises/day2_network.py: the four functions of the day, and the factorized softmax as a stretch goal
+WRITE = ("space_to_depth", "attention_parameters", "network_parameters", "paper_flops")
+STRETCH = ("separable_probs",)
+
 PRUNED = [7, 5, 8, 7, 3, 9]  # Table 2's pruned Gaussian model: A.1 pruned [2, 4, 1, 2, 6, 0] of 9 heads a layer
 SMALL = dict(layers=2, heads=4, dim=64, ffn_dim=96)  # a width-64 network, as a CPU trains it
 
@@ -25,10 +29,12 @@ def max_error(yours: torch.Tensor, reference: torch.Tensor) -> float:
     return (yours.double() - reference.double()).abs().max().item()
 
 
-def space_to_depth_error(yours) -> float:
-    """max |space_to_depth - model.space_to_depth| on a seeded [4, 3, 32, 32] batch."""
-    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    return max_error(yours.space_to_depth(images), model.space_to_depth(images))
+def space_to_depth_error(shape: tuple):
+    """max |space_to_depth - model.space_to_depth| on a seeded batch of `shape`."""
+    def measure(yours) -> float:
+        images = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+        return max_error(yours.space_to_depth(images), model.space_to_depth(images))
+    return measure
 
 
 def hand_case_error(yours) -> float:
@@ -82,7 +88,7 @@ def items(run: str) -> list:
                   "acts once, on the mean token; P_h X is not counted")
     checks = [
         Item("space_to_depth = model.space_to_depth on a random [4, 3, 32, 32] batch",
-             space_to_depth_error, 0.0, 0.0,
+             space_to_depth_error((4, 3, 32, 32)), 0.0, 0.0,
              "out [B, 16, 16, 12] (channels last); channel (2 * di + dj) * 3 + c: the block's pixel outer, "
              "the color inner (model.space_to_depth's permute(0, 2, 4, 3, 5, 1)); if the hand case passes, "
              "the colors are the outer index"),
@@ -90,6 +96,10 @@ def items(run: str) -> list:
              hand_case_error, 0.0, 0.0,
              "token (i, j) holds pixels (2i, 2j), (2i, 2j+1), (2i+1, 2j), (2i+1, 2j+1) in that order: "
              "the first token is 0, 1, 4, 5, not 0, 4, 1, 5 (a transpose) nor 0, 1, 2, 3 (a plain reshape)"),
+        Item("space_to_depth = model.space_to_depth on a random [2, 3, 6, 10] batch (H != W)",
+             space_to_depth_error((2, 3, 6, 10)), 0.0, 0.0,
+             "out [B, H/2, W/2, 4C]: rows (H) before columns (W) in every view, reshape and permute; "
+             "a square image hides a swap of H and W"),
     ]
     # Exact counts are checked as (yours - the project's): the value printed is what is missing or extra.
     for encoding in ("gaussian", "learned"):
@@ -97,15 +107,15 @@ def items(run: str) -> list:
         checks.append(Item(f"attention_parameters(400, 9, {encoding}) - attention.SelfAttention2d's count ({n:,})",
                            lambda yours, e=encoding, n=n: yours.attention_parameters(400, 9, e) - n, 0, 0,
                            hint_attention))
-    for encoding, table, paper in (("quadratic", 1, 12.1), ("gaussian", 2, 12.1), ("learned", 1, 12.3)):
+    for encoding in ("quadratic", "gaussian", "learned"):
         n = model_count(encoding)
-        checks += [
-            Item(f"network_parameters({encoding}) - model.count_parameters(model.build_model({encoding!r})) ({n:,})",
-                 lambda yours, e=encoding, n=n: yours.network_parameters(e) - n, 0, 0, hint_block),
-            Item(f"network_parameters({encoding}) in millions = Table {table}'s {paper}M to its rounding",
-                 lambda yours, e=encoding: yours.network_parameters(e) / 1e6, paper, 0.05,
-                 "6 layers, 9 heads, dim 400, ffn_dim 512 by default; " + hint_block),
-        ]
+        checks.append(Item(f"network_parameters({encoding}) - model.count_parameters(model.build_model({encoding!r})) "
+                           f"({n:,})", lambda yours, e=encoding, n=n: yours.network_parameters(e) - n, 0, 0,
+                           hint_block))
+    for encoding, paper in (("quadratic", 12.1), ("learned", 12.3)):  # the Gaussian model's 12.1M is Table 2's
+        checks.append(Item(f"network_parameters({encoding}) in millions = Table 1's {paper}M to its rounding",
+                           lambda yours, e=encoding: yours.network_parameters(e) / 1e6, paper, 0.05,
+                           "6 layers, 9 heads, dim 400, ffn_dim 512 by default; " + hint_block))
     n_small, n_pruned = model_count("learned", **SMALL), model_count("gaussian", heads=PRUNED)
     checks += [
         Item(f"network_parameters(learned, layers=2, heads=4, dim=64, ffn_dim=96) - model's count ({n_small:,})",
@@ -118,15 +128,6 @@ def items(run: str) -> list:
         Item("network_parameters(gaussian, pruned) in millions = Table 2's 9.7M to its rounding",
              lambda yours: yours.network_parameters("gaussian", heads=PRUNED) / 1e6, 9.7, 0.05,
              "15 heads pruned of 54: about 15 x 400 x 400 parameters fewer than 12.1M"),
-        Item("separable_probs = dense float64 softmax of eq. 9 over the 5x7 grid (written in the check)",
-             dense_error, 0.0, 1e-12,
-             "delta = key - query along each axis (query - key flips every center); P_row[h, a, c] is the "
-             "softmax over c of -alpha (c - a - Delta_row)^2; query (a, b) is index a * W + b, key (c, d) is "
-             "c * W + d: einsum 'hac,hbd->habcd' then reshape, not 'hac,hbd->hacbd'; the rows are H, the columns W"),
-        Item("separable_probs = attention.FastSelfAttention2d's probabilities, 6x4 grid, a head at alpha 400",
-             fast_layer_error, 0.0, 1e-12,
-             "a sharp head centred off the grid has logits of -12,800 or less at every key: exp underflows to 0 "
-             "everywhere unless the largest logit is subtracted first (torch.softmax does)"),
     ]
     f_full = model.paper_flops(model.build_model("quadratic"))
     f_pruned = model.paper_flops(model.build_model("gaussian", heads=PRUNED))
@@ -144,5 +145,16 @@ def items(run: str) -> list:
         Item(f"paper_flops(64, 96, 4, 2, tokens=64) - model.paper_flops of it on 16x16 images ({f_small:,})",
              lambda yours: yours.paper_flops(64, 96, 4, 2, tokens=64) - f_small, 0, 0,
              "tokens = (image_size / 2)^2 after space-to-depth; " + hint_flops),
+    ]
+    checks += [  # the stretch goal: optional, SKIP while separable_probs is unwritten
+        Item("stretch: separable_probs = dense float64 softmax of eq. 9 over the 5x7 grid (written in the check)",
+             dense_error, 0.0, 1e-12, stretch=True, hint=
+             "delta = key - query along each axis (query - key flips every center); P_row[h, a, c] is the "
+             "softmax over c of -alpha (c - a - Delta_row)^2; query (a, b) is index a * W + b, key (c, d) is "
+             "c * W + d: einsum 'hac,hbd->habcd' then reshape, not 'hac,hbd->hacbd'; the rows are H, the columns W"),
+        Item("stretch: separable_probs = attention.FastSelfAttention2d's probabilities, 6x4 grid, a head at alpha 400",
+             fast_layer_error, 0.0, 1e-12, stretch=True, hint=
+             "a sharp head centred off the grid has logits of -12,800 or less at every key: exp underflows to 0 "
+             "everywhere unless the largest logit is subtracted first (torch.softmax does)"),
     ]
     return checks

@@ -1,6 +1,7 @@
 """Day 2, the network: your functions (paper section 4.1, Tables 1-2, eqs. 9 and 11).
 
-Write each function below (replace `raise NotImplementedError`), then from the project's root:
+Write the four functions below (replace `raise NotImplementedError`); the last one,
+separable_probs, is an optional stretch goal. Then, from the project's root:
 
     python -m exercises.check 2
 
@@ -47,6 +48,20 @@ def network_parameters(encoding: str, layers: int = 6, heads=9, dim: int = 400, 
     raise NotImplementedError
 
 
+def paper_flops(dim: int = 400, ffn_dim: int = 512, heads=9, layers: int = 6, tokens: int = 256) -> int:
+    """FLOPs per image as Tables 1-2 count them: 2 x the multiply-adds of the Linear layers only.
+
+    A Linear(n_in, n_out) applied to n vectors costs n * n_in * n_out multiply-adds. Count the
+    embedding Linear(12, dim) on every token, per block the value maps Linear(heads * dim, dim),
+    Linear(dim, dim) and the FFN on every token, and the classifier Linear(dim, 10) once (it acts
+    on the mean token). The attention product P_h X itself is not counted, nor softmax, LayerNorm,
+    GELU or biases. `heads` as in network_parameters. Returns an int: 6.18e9 for section 4.1's network.
+    """
+    raise NotImplementedError
+
+
+# Stretch goal (optional). The check says SKIP until you write it; a SKIP never fails the day.
+
 def separable_probs(centers: torch.Tensor, alpha: torch.Tensor, H: int, W: int) -> torch.Tensor:
     """Quadratic heads' probabilities over an H x W grid, built from one row and one column softmax.
 
@@ -56,17 +71,5 @@ def separable_probs(centers: torch.Tensor, alpha: torch.Tensor, H: int, W: int) 
     P_col[h, b, d], with P_row [heads, H, H] the softmax over key rows c of the row term at
     delta_row = c - a, P_col [heads, W, W] the same along columns. Build P_row and P_col, then their
     outer product: returns P [heads, H * W, H * W], query (a, b) at index a * W + b, in centers' dtype.
-    """
-    raise NotImplementedError
-
-
-def paper_flops(dim: int = 400, ffn_dim: int = 512, heads=9, layers: int = 6, tokens: int = 256) -> int:
-    """FLOPs per image as Tables 1-2 count them: 2 x the multiply-adds of the Linear layers only.
-
-    A Linear(n_in, n_out) applied to n vectors costs n * n_in * n_out multiply-adds. Count the
-    embedding Linear(12, dim) on every token, per block the value maps Linear(heads * dim, dim),
-    Linear(dim, dim) and the FFN on every token, and the classifier Linear(dim, 10) once (it acts
-    on the mean token). The attention product P_h X itself is not counted, nor softmax, LayerNorm,
-    GELU or biases. `heads` as in network_parameters. Returns an int: 6.18e9 for section 4.1's network.
     """
     raise NotImplementedError

@@ -20,6 +20,9 @@ from attention import Quadratic, pairwise_shifts
 from exercises.check import Item
 from model import build_model, count_parameters, model_from_config
 
+WRITE = ("quadratic_inv_cov", "degenerate", "parameters_after_pruning")  # exercises/day4_pruning.py
+STRETCH = ()
+
 RUN = Path(__file__).parent.parent / "lab/results/fig2/deep6-e6-s0"
 PRUNED = [7, 5, 8, 7, 3, 9]  # Table 2's Gaussian model: A.1 pruned [2, 4, 1, 2, 6, 0] of 9 heads a layer
 
@@ -89,6 +92,8 @@ CASES = [
      "its condition number is 1: only the eigenvalue test prunes it (largest 1e-7 < 1e-5)"),
     ("isotropic, 2e-5 I: kept", 2e-5 * torch.eye(2, dtype=torch.float64), 1e5, False,
      "largest eigenvalue 2e-5 is not below 1e-5, condition 1: keep it (a comparison the wrong way round?)"),
+    ("on the eigenvalue threshold, 1e-5 I: kept", 1e-5 * torch.eye(2, dtype=torch.float64), 1e5, False,
+     "largest eigenvalue exactly 1e-5 is not below 1e-5: A.1's test is <, not <="),
     ("small, eigenvalues 1e-4 and 5e-6: kept", torch.diag(torch.tensor([1e-4, 5e-6], dtype=torch.float64)), 1e5, False,
      "A.1 judges the largest eigenvalue (1e-4, not below 1e-5) and the condition number (20): keep it"),
     ("healthy, [[2, 0.5], [0.5, 1]]: kept", torch.tensor([[2, 0.5], [0.5, 1]], dtype=torch.float64), 1e5, False,
@@ -102,6 +107,8 @@ CASES = [
      "condition infinite (prune.head_measures clamps it at 0)"),
     ("condition 1e4, diag(1, 1e-4): kept at the paper's 1e5", torch.diag(torch.tensor([1, 1e-4], dtype=torch.float64)),
      1e5, False, "1e4 is not above 1e5: keep it"),
+    ("on the condition threshold, diag(1e5, 1): kept", torch.diag(torch.tensor([1e5, 1], dtype=torch.float64)),
+     1e5, False, "condition number exactly 1e5 is not above 1e5: A.1's test is >, not >="),
     ("condition 1e4, diag(1, 1e-4): pruned at condition_above=1e3 (the authors' code)",
      torch.diag(torch.tensor([1, 1e-4], dtype=torch.float64)), 1e3, True,
      "use the condition_above you are given, not a constant"),

@@ -17,6 +17,9 @@ from scipy import stats
 from attention import RowColumn, SelfAttention2d
 from exercises.check import Item
 
+WRITE = ("sinusoidal_table", "relative_logits", "welch_interval")  # exercises/day5_open.py
+STRETCH = ()
+
 RESULTS = Path(__file__).parent.parent / "lab/results"
 A, B = [0.61, 0.58, 0.66, 0.70], [0.52, 0.55, 0.49]  # two groups of unequal size and spread
 GROUPS = {"learned": "reviewer/learned", "quadratic": "grid/laptop"}  # the reviewer's comparison, 3 seeds each
@@ -123,7 +126,8 @@ def items(run: str) -> list:
         Item("relative_logits against SelfAttention2d(encoding='learned').position_logits(), grid 5 x 7 (float64)",
              logits_error("learned", (5, 7), probabilities=False), 0.0, 1e-12,
              "delta = key - query (not query - key); a shift s indexes row s + H - 1 of r_row (s + W - 1 of r_col); "
-             "u pairs with the row table, w with the column table; tokens row-major, so q = i * W + j"),
+             "v_row pairs with the row table r_row, v_col with the column table r_col; tokens row-major, "
+             "so q = i * W + j"),
         Item("softmax of relative_logits against the learned SelfAttention2d.attention_probs(), grid 6 x 4 (float64)",
              logits_error("learned", (6, 4), probabilities=True), 0.0, 1e-12,
              "the softmax runs over the keys (the last axis); with H != W a swapped row and column shows here"),

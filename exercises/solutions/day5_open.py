@@ -33,6 +33,6 @@ def welch_interval(a, b) -> dict:
     se = math.sqrt(v_a + v_b)
     df = (v_a + v_b) ** 2 / (v_a**2 / (len(a) - 1) + v_b**2 / (len(b) - 1))
     difference = statistics.fmean(a) - statistics.fmean(b)
-    half = stats.t.ppf(0.975, df) * se
+    half = float(stats.t.ppf(0.975, df)) * se
     return dict(difference=difference, low=difference - half, high=difference + half, df=df,
                 p=float(2 * stats.t.sf(abs(difference) / se, df)))
