@@ -1,32 +1,29 @@
 """Multi-head self-attention over a pixel grid with relative positional encodings.
 
 Paper sections 2-3 (eqs. 1-14), A.1 (eqs. 15-16) and 4.3. `python attention.py` runs every
-encoding through the paper's layer and the fast one and prints their largest difference:
-float32 round-off, 0 to 4e-7.
+encoding through the paper's layer and the fast one. It prints their largest difference,
+which is float32 round-off (0 to 4e-7).
 
 Conventions, used in every file of this project:
-- Tokens are the pixels of an H x W grid in row-major order (T = H * W); a layer maps
-  `[B, H, W, D]` to `[B, H, W, D_out]`.
-- A shift is `delta = key - query` as (row, col): a head centred at `Delta = (0, 1)` attends
-  to the pixel right of the query. The paper writes `q - k` in eq. 8, Lemma 1 and Lemma 2
-  (with eq. 9, the encoding `Quadratic` implements) and `k - q` in section 4.3 and A.1; we
-  use `k - q` everywhere (a head's Delta flips sign, nothing else changes).
-- N(mu, S) is a normal distribution with covariance S, everywhere in the paper. So its N(0, 2I)
-  for the centers (section 4.2) draws each coordinate with standard deviation sqrt(2) = 1.41,
-  and A.1's Sigma^-1/2 = I + N(0, 0.01 I) perturbs each entry with standard deviation 0.1. The
-  authors' code draws the centers with standard deviation 2 and perturbs the widths with
-  standard deviation 0.01; this project follows the code (`center_std=2.0`, the perturbation
-  0.01) and offers the paper's centers as `--center-std 1.414` (the laptop preset's).
+- Tokens are the pixels of an H x W grid in row-major order (T = H * W).
+  A layer maps `[B, H, W, D]` to `[B, H, W, D_out]`.
+- A shift is `delta = key - query` as (row, col). A head centred at `Delta = (0, 1)` attends
+  to the pixel right of the query. The paper writes `q - k` in eqs. 8-9 and Lemmas 1-2, and
+  `k - q` in section 4.3 and A.1. We use `k - q` everywhere: only a head's Delta flips sign.
+- The paper's N(mu, S) has covariance S. Its N(0, 2I) for the centers (section 4.2) means
+  standard deviation 1.41; A.1's Sigma^-1/2 = I + N(0, 0.01 I) means 0.1.
+- We follow the authors' code instead: centers with standard deviation 2 (`center_std=2.0`),
+  Sigma^-1/2 perturbed by 0.01. `--center-std 1.414` (the laptop preset's) gives the paper's centers.
 - Probabilities are `P[h, q, k]` (heads x queries x keys). Logits depend on positions only,
   unless `content=True` adds the data term of eq. 8.
 
-Every head h has its own value map `W^(h)` of size D x D_out: eq. 11 folds `W_val^(h)` and
-the h-th block of `W_out` into one matrix, so the layer holds one `Linear(heads * D, D_out)`.
+Each head h has its own value map `W^(h)`, D x D_out. Eq. 11 folds `W_val^(h)` and the h-th
+block of `W_out` into it, so the layer holds one `Linear(heads * D, D_out)`.
 
 Reading order: the encodings (eqs. 9, 15, 16, section 4.3), then `SelfAttention2d`, the
-layer as the paper writes it: `forward` is eq. 12 over the full T x T probabilities. Below the
-first `# ----` line, skipped on a first reading: the same layer in fewer operations (what
-train.py runs), an MLP encoding of ours and the checks of a layer's arguments.
+layer as the paper writes it. Its `forward` is eq. 12 over the full T x T probabilities.
+Below the first `# ----` line, skipped on a first reading: the same layer in fewer operations
+(what train.py runs), an MLP encoding of ours, and the checks of a layer's arguments.
 """
 import math
 
@@ -61,13 +58,13 @@ def shift_table(H: int, W: int) -> torch.Tensor:
 
 
 class Quadratic(nn.Module):
-    """Eq. 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head:
-    an inverse width, the larger alpha the narrower the head. Eq. 9's v^T r_delta is the same
-    plus alpha ||Delta||^2, a constant of the head that the softmax removes (eq. 14).
+    """Eq. 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head.
+    alpha is an inverse width: the larger alpha, the narrower the head. Eq. 9's v^T r_delta is
+    this plus alpha ||Delta||^2, a constant per head that the softmax removes (eq. 14).
 
-    alpha = min_alpha + sqrt_2alpha^2 / 2, positive by construction (the authors' code: alpha =
-    s^2 / 2, s = 1 + 0.01 N(0, 1), so alpha starts near 0.5). `min_alpha` (default 0, a buffer
-    saved with the weights) is a floor of ours: a head cannot widen past it."""
+    alpha = min_alpha + sqrt_2alpha^2 / 2 is positive by construction. sqrt_2alpha starts at
+    1 + 0.01 N(0, 1), so alpha starts near 0.5, as in the authors' code. `min_alpha` (default 0)
+    is a floor of ours, saved with the weights: a head cannot widen past it."""
 
     separable = True  # the logits are a row term plus a column term
     undecayed = ("centers", "sqrt_2alpha")  # the authors' code: no weight decay on centers and alpha
@@ -109,7 +106,7 @@ class Gaussian(nn.Module):
     def __init__(self, heads: int, center_std: float = 2.0):
         super().__init__()
         self.centers = nn.Parameter(torch.randn(heads, 2) * center_std)  # Delta ~ N(0, center_std^2 I)
-        # S = I + 0.01 N(0, I), the authors' code; A.1's N(0, 0.01 I) would be std 0.1 (see the conventions)
+        # S = I + 0.01 N(0, I), as the authors' code draws it (A.1's would be std 0.1)
         self.inv_cov_sqrt = nn.Parameter(torch.eye(2) + 0.01 * torch.randn(heads, 2, 2))
 
     @property
@@ -123,13 +120,12 @@ class Gaussian(nn.Module):
 
 
 class RowColumn(nn.Module):
-    """Section 4.3: logit = v_row . r_row[delta_row] + v_col . r_col[delta_col], eq. 8's last
-    term v^T r_delta with r_delta the row and column entries concatenated (v_row, v_col: the
-    halves of each head's v), over tables of the shifts -(n-1)..n-1 of each axis. Learned
-    tables (`learned`) or fixed sinusoids of the shift (`sinusoidal`, a suggestion of the
-    paper's reviewer). Each table is `dim` wide and each layer has its own, as in the authors'
-    code (Table 1's 12.3M parameters); section 4.3 writes floor(D_p / 2) each, and after eq. 8
-    the paper shares r_delta across layers."""
+    """Section 4.3: logit = v_row . r_row[delta_row] + v_col . r_col[delta_col].
+    This is eq. 8's last term v^T r_delta, with r_delta a row entry and a column entry concatenated.
+    Each axis has a table of its shifts -(n-1)..n-1: learned (`learned`) or fixed sinusoids
+    (`sinusoidal`, a suggestion of the paper's reviewer). Each table is `dim` wide and each layer
+    has its own, as in the authors' code (Table 1's 12.3M parameters). The paper writes
+    floor(D_p / 2) for each (section 4.3) and shares r_delta across layers (after eq. 8)."""
 
     separable = True
     undecayed = ()  # tables and head keys are weight-decayed like any weight (the authors' code)
@@ -166,8 +162,8 @@ class RowColumn(nn.Module):
 
 def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: float = 2.0,
                   min_alpha: float = 0.0) -> nn.Module:
-    """An encoding by name. Centers (quadratic, gaussian) start at N(0, center_std^2 I): the
-    authors' code draws standard deviation 2, the paper writes N(0, 2 I) (variance 2)."""
+    """An encoding by name. Centers (quadratic, gaussian) start at N(0, center_std^2 I).
+    The authors' code has center_std 2; the paper's N(0, 2I) is center_std 1.41."""
     if name not in ENCODINGS:
         raise ValueError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
     if min_alpha and name != "quadratic":
@@ -184,14 +180,13 @@ def make_encoding(name: str, heads: int, grid: tuple, dim: int, center_std: floa
 class SelfAttention2d(nn.Module):
     """Multi-head self-attention over an H x W grid (eqs. 1, 4, 6, 8, 11, 12), as the paper writes it.
 
-    x [B, H, W, dim] -> [B, H, W, out_dim]. Each of the `heads` heads averages the full
-    dim-dimensional input with its probabilities (W_val^(h) = I, so D_h = dim; the network also
-    has D_out = dim, section 4.3 (ii)); the results are concatenated and projected by
-    `W_out = Linear(heads * dim, out_dim)`, whose h-th block is eq. 11's W^(h) = W_val^(h) W_out[h]:
-    any dim x out_dim matrix, which is all that Lemma 1's D_h >= D_out is there to give. The logits are
-    the encoding's (position only) unless `content=True` adds eq. 8's first term, the data
-    term x_q W_qry W_key^T x_k, scaled by 1 / sqrt(D_k) as in Vaswani et al.; eq. 8's mixed
-    terms are not used. `dropout` acts on the probabilities (the authors' code).
+    x [B, H, W, dim] -> [B, H, W, out_dim]. Each head averages the whole input with its
+    probabilities: W_val^(h) = I, so D_h = dim. The network also has D_out = dim (section 4.3 (ii)).
+    `W_out = Linear(heads * dim, out_dim)` projects the concatenated heads. Its h-th block,
+    eq. 11's W^(h) = W_val^(h) W_out[h], can be any dim x out_dim matrix: what Lemma 1's D_h >= D_out is for.
+    The logits depend on position only, unless `content=True` adds eq. 8's first term, the data
+    term x_q W_qry W_key^T x_k / sqrt(D_k) (as in Vaswani et al.). Eq. 8's mixed terms are not used.
+    `dropout` acts on the probabilities, as in the authors' code.
     """
 
     def __init__(self, dim: int, heads: int = 9, grid: tuple = (16, 16), encoding: str = "quadratic",
@@ -213,19 +208,18 @@ class SelfAttention2d(nn.Module):
         self.W_out = nn.Linear(heads * dim, out_dim or dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Eq. 4, MHSA(X) = concat_h [P_h X W_val^(h)] W_out + b_out, with each head's W_val^(h)
-        folded into its block of W_out as in eq. 11 (W^(h)); per output pixel, eq. 12."""
+        """Eq. 4: MHSA(X) = concat_h [P_h X W_val^(h)] W_out + b_out, each W_val^(h) folded into
+        its block of W_out (eq. 11's W^(h)). Per output pixel, this is eq. 12."""
         B, H, W, D = check_input(self, x).shape
-        # Dropout on P draws one mask per forward: position-only probabilities are shared by every
-        # image of the batch, and so is their mask (as in the authors' code).
+        # Position-only P is the same for every image: one dropout mask serves the batch (the authors' code).
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
-        P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T]: position-only heads are the same for every image
+        P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T], a view
         heads_out = torch.einsum("bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))  # [B, T, heads, D]: P_h X
         return self.W_out(heads_out.reshape(B, H, W, -1))  # concat_h, then W_out (the W^(h) of eq. 11): [B, H, W, out_dim]
 
     def attention_probs(self, x: torch.Tensor = None) -> torch.Tensor:
-        """P = softmax over keys of the logits (eq. 1, footnote 3): P [heads, T, T], or with content=True
-        (eq. 8's data term added) [B, heads, T, T], which needs the input x [B, H, W, dim]."""
+        """P = softmax over keys of the logits (eq. 1, footnote 3): [heads, T, T].
+        With content=True it is [B, heads, T, T] and needs the input x [B, H, W, dim]."""
         logits = self.position_logits()  # [heads, T, T]
         if self.content:
             if x is None:

@@ -2,20 +2,20 @@
 
     python data.py [--data-dir data] [--dataset cifar10|synthetic]   # summary, identity, sample grid
 
-Images stay uint8 on the training device; augmentation (random crop 32 with 4 pixels of
-zero padding, horizontal flip) and normalization run on whole batches there, with no
-per-image Python work and no DataLoader workers. Every random choice of an epoch (the
-order, the crops, the flips) is a function of (seed, epoch, batch, process), so a run resumed in
-the middle of an epoch sees exactly the batches it would have seen.
+Images stay uint8 on the training device. Augmentation (random crop 32 with 4 pixels of zero
+padding, horizontal flip) and normalization run there on whole batches: no per-image Python
+work, no DataLoader workers. Every random choice of an epoch (order, crops, flips) is a
+function of (seed, epoch, batch, process). So a run resumed mid-epoch sees exactly the
+batches it would have seen.
 
-Also a `synthetic` set, made in memory in a second, for smoke runs, tests and CPU demos:
-each class is a 4 x 4 binary motif tiled over the image at a random phase, in random
-colours, with noise. Every pixel is "on" with probability 1/2 in every class, so per-pixel
-colour statistics carry no label information; only local spatial patterns do.
+Also a `synthetic` set, made in memory in a second, for smoke runs, tests and CPU demos.
+Each class is a 4 x 4 binary motif tiled over the image at a random phase, in random colours,
+with noise. Every pixel is "on" with probability 1/2 in every class. So per-pixel colour
+statistics carry no label information; only local spatial patterns do.
 
 Reading order: a split of images, their statistics, the augmentation and `Batches`. Below the
-`# ----` line, skipped on a first reading: where the images come from (CIFAR-10's download,
-checksums and files, the synthetic set, what a run records of them) and the command line.
+`# ----` line, skipped on a first reading: where the images come from (CIFAR-10's download
+and checks, the synthetic set, what a run records of them) and the command line.
 """
 import hashlib
 import os
@@ -55,8 +55,8 @@ def generator(device, *keys: int) -> torch.Generator:
 
 
 def augment(images: torch.Tensor, g: torch.Generator, pad: int = 4) -> torch.Tensor:
-    """Random crop of the original size from the zero-padded image, then a random horizontal
-    flip, for a whole uint8 batch [B, 3, H, W] at once."""
+    """A random crop of the original size from the zero-padded image, then a random horizontal
+    flip. One call does a whole uint8 batch [B, 3, H, W]."""
     B, C, H, W = images.shape
     padded = F.pad(images, (pad, pad, pad, pad))
     offset = torch.randint(0, 2 * pad + 1, (2, B, 1), generator=g, device=images.device)
@@ -81,8 +81,8 @@ class Batches:
         self.mean = torch.as_tensor(mean, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.as_tensor(std, device=device).view(1, 3, 1, 1) * 255
         rank, world = shard
-        # training: every process the same number of images, the ragged end of the shared order
-        # dropped; evaluation: every image exactly once, whatever the number of processes
+        # Training gives each process the same number of images, dropping the order's ragged end.
+        # Evaluation sees every image exactly once, whatever the number of processes.
         self.size = len(split.labels) // world if train else len(range(rank, len(split.labels), world))
         self.steps = self.size // batch_size if train else -(-self.size // batch_size)
 

@@ -2,15 +2,15 @@
 
     python model.py        # parameters and FLOPs of each model against the paper's Tables 1-2, and of a training step
 
-What it prints, in seconds on a CPU: quadratic 12,086,844 parameters (paper 12.1M), learned
-12,278,682 (12.3M), ResNet18 11,173,962 (11.2M); 6.18B FLOPs per image for the paper's
-encodings (paper 6.2B) and 1.11B for ResNet18 (1.1B), counted as 2 x the multiply-adds of
-Linear and Conv2d layers: the paper does not say how it counts; this count (ours) matches it.
+It runs in seconds on a CPU. Parameters: quadratic 12,086,844 (paper 12.1M), learned 12,278,682
+(12.3M), ResNet18 11,173,962 (11.2M), Table 2's pruned model 9,686,916 (9.7M). FLOPs per image:
+6.18B for the paper's encodings (6.2B), 1.11B for ResNet18 (1.1B), 4.95B pruned (4.9B). We count
+2 x the multiply-adds of Linear and Conv2d layers. The paper does not say how it counts; ours matches it.
 
-SelfAttentionNet (shapes as in the authors' code, so parameter counts match the paper):
-image [B, 3, 32, 32] -> 2x2 space-to-depth [B, 16, 16, 12] -> Linear(12, 400) -> 6 post-LN
-blocks (attention, Linear(400, 400), dropout, add & LayerNorm; FFN 400 -> 512 -> 400 with GELU,
-dropout, add & LayerNorm) -> mean over the 16 x 16 positions -> Linear(400, 10).
+SelfAttentionNet has the authors' code's shapes, so its parameter counts match the paper's.
+Image [B, 3, 32, 32] -> 2x2 space-to-depth [B, 16, 16, 12] -> Linear(12, 400) -> 6 post-LN blocks
+-> mean over the 16 x 16 positions -> Linear(400, 10). A block is attention, Linear(400, 400),
+dropout, add & LayerNorm, then an FFN 400 -> 512 -> 400 with GELU, dropout, add & LayerNorm.
 """
 import inspect
 import math
@@ -73,8 +73,8 @@ class SelfAttentionNet(nn.Module):
             raise ValueError(f"grid_start moves head centers; {encoding} heads have none")
         grid = (image_size // 2, image_size // 2)
         self.embed = nn.Linear(12, dim)  # 2 x 2 x RGB pixels per token
-        # `layer`: the paper's SelfAttention2d (eq. 12 as written), or the same layer computed in
-        # fewer operations, FastSelfAttention2d (held equal to it by the tests), as train.py runs it.
+        # `layer`: the paper's SelfAttention2d (eq. 12 as written), or FastSelfAttention2d, which
+        # train.py runs: the same layer in fewer operations, held equal to it by the tests.
         self.blocks = nn.ModuleList(Block(layer(dim, n, grid, encoding, content, attention_dropout, center_std=center_std,
                                                 min_alpha=min_alpha), dim, ffn_dim, dropout) for n in heads)
         self.classifier = nn.Linear(dim, num_classes)
@@ -112,8 +112,8 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """He et al. (2015), CIFAR variant: 3x3 stem, no max-pool, stages of 64-128-256-512
-    channels (`width` = 64; smaller widths make quick CPU baselines)."""
+    """He et al. (2015), CIFAR variant: 3x3 stem, no max-pool, stages of 64-128-256-512 channels.
+    `width` is the first stage's 64; smaller widths make quick CPU baselines."""
 
     def __init__(self, num_classes: int = 10, width: int = 64):
         super().__init__()

@@ -4,20 +4,20 @@
     python prune.py lab/results/fig2/deep6-e6-s0 --epochs 1   # a 6-layer CPU run: 2 uniform heads go
     python prune.py ckpt.pt --no-finetune                     # only report and save the pruned model
 
-The pruned run goes to runs/NAME-pruned (NAME: the run's folder, or the checkpoint file's
-name without .pt), or --out; never into a folder that holds a run.
+The pruned run goes to runs/NAME-pruned, or to --out; never into a folder that holds a run.
+NAME is the run's folder, or the checkpoint file's name without .pt.
 
-A.1: a Gaussian head (eq. 16) is degenerate when Sigma^-1 is almost zero (it attends to every
-pixel alike: largest eigenvalue < 1e-5) or almost singular (a thin stripe: condition number
-> 1e5). A.1 judges only Gaussian heads; ours, by analogy, the quadratic heads by the same
-rule: their logit -alpha ||delta - Delta||^2 is eq. 16 with Sigma^-1 = 2 alpha I, so a head
-goes when 2 alpha < 1e-5 (condition number 1). Pruning removes each such head's parameters
-and its block of the value projection Linear(heads * D, D), so parameters and FLOPs really
-shrink. The pruned model is saved as a starting point that train.py and visualize.py load
-like any other checkpoint, then fine-tuned with train.py's loop "a few epochs" at "a smaller
-learning rate (divided by 10)", as the paper puts it; the 100 epochs at lr 0.01, cosine with
-5% warm-up, are the authors' code's. The fine-tuning is a new run: it computes in what this
-machine computes natively (--precision auto), not in the run's precision.
+A.1 calls a Gaussian head (eq. 16) degenerate in two cases. When Sigma^-1 is almost zero
+(largest eigenvalue < 1e-5), the head attends to every pixel alike. When Sigma^-1 is almost
+singular (condition number > 1e5), it attends to a thin stripe. A.1 judges Gaussian heads
+only; we judge quadratic heads by the same rule. Their logit -alpha ||delta - Delta||^2 is
+eq. 16 with Sigma^-1 = 2 alpha I, of condition number 1, so one goes when 2 alpha < 1e-5.
+
+Pruning removes each such head's parameters and its block of the value projection
+Linear(heads * D, D), so parameters and FLOPs really shrink. The pruned model is a checkpoint
+that train.py and visualize.py load like any other. train.py's loop fine-tunes it at the learning
+rate divided by 10, as A.1 says. It runs 100 epochs, as the authors' code does; A.1 says "a few".
+The fine-tuning is a new run, in this machine's native precision (--precision auto), not the run's.
 """
 import json
 from dataclasses import dataclass
@@ -95,7 +95,7 @@ def check_prunable(config: dict, path: Path):
 
 
 def report(model, small, pruned: list, heads: list):
-    """Each layer's pruned heads and the range of their measures; parameters and FLOPs before and after."""
+    """Each layer's pruned heads and their measures' range, then parameters and FLOPs before and after."""
     print(f"{'layer':>5}  {'heads pruned':>12}  {'kept':>4}  {'range over heads':<44}  pruned heads")
     for i, (layer, p) in enumerate(zip(model.attention_layers, pruned), start=1):
         ranges = ", ".join(f"{k} {v.min().item():.3g}..{v.max().item():.3g}" for k, v in head_measures(layer).items())
@@ -131,7 +131,7 @@ def table_2(rows: list):
 
 
 def prune(cfg: Config):
-    """Report the degenerate heads; remove them, save and fine-tune. Returns the new run
+    """Report the degenerate heads, remove them, save, and fine-tune. Returns the new run
     directory, or None when no head is degenerate."""
     checkpoint, path = load_checkpoint(cfg.checkpoint)
     config = checkpoint["config"]
