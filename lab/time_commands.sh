@@ -31,7 +31,7 @@ timed visualize-day4 python visualize.py lab/results/fig2/deep6-e6-s0 --layer 4 
 timed compare-day5 python -m lab.compare lab/results/reviewer/learned-s0 lab/results/reviewer/learned-s1 \
   lab/results/reviewer/learned-s2 lab/results/reviewer/sinusoidal-s0 lab/results/reviewer/sinusoidal-s1 \
   lab/results/reviewer/sinusoidal-s2 lab/results/grid/laptop-s0 lab/results/grid/laptop-s1 lab/results/grid/laptop-s2 \
-  --out "$out/day5"
+  lab/results/grid/start-a4-s0 lab/results/grid/start-a4-s1 lab/results/grid/start-a4-s2 --out "$out/day5"
 timed compare-day5-longer python -m lab.compare lab/results/longer/learned-e10-s0 lab/results/longer/learned-e10-s1 \
   lab/results/longer/learned-e10-s2 --measures locality_3x3
 timed compare-day5-overlap python -m lab.compare lab/results/fig2/paper-e3-s0 lab/results/fig2/paper-e3-s1 \
