@@ -62,6 +62,7 @@ def off_center_mass(alpha: float) -> float:
     For a head centred on an integer shift Delta and a query far from the image's borders (the
     grid as good as infinite), P[q, q + Delta + m] = exp(-alpha ||m||^2) / Z over m in Z^2, and
     Z = theta(alpha)^2 with theta(alpha) = sum over all integers n of exp(-alpha n^2) (the logit
-    is a row term plus a column term). Returns 1 - 1 / theta(alpha)^2, a float, in float64.
+    is a row term plus a column term). Returns the mass, 1 - 1 / theta(alpha)^2, as a float in float64;
+    question 3 asks how you compute it.
     """
     raise NotImplementedError
