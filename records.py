@@ -142,7 +142,7 @@ class Run:
 
     def begin(self, optimizer, train_images: int, test_images: int):
         """Say what trains, and start (or trim, when resumed) the logs."""
-        eval_share = test_images / (3 * train_images)  # a test image: a forward, a third of a step's work
+        eval_share = test_images / (3 * train_images * self.cfg.eval_every)  # a test image: a third of a step's work
         self.progress = Progress(self.steps_per_epoch, self.cfg.epochs * self.steps_per_epoch, self.cfg.batch_size,
                                  self.device, self.writer, eval_share)
         if not self.writer:
@@ -197,14 +197,16 @@ class Run:
 
     def end_epoch(self, sums: torch.Tensor, test_sums: torch.Tensor, lr: float) -> dict:
         """The epoch's record (sums: loss, correct, images, over every process; seconds count
-        evaluation) in metrics.jsonl, its heads in heads.jsonl, its line on stdout."""
+        evaluation) in metrics.jsonl, its heads in heads.jsonl, its line on stdout. An epoch
+        between evaluations (--eval-every; test_sums of no images) has test loss and accuracy None."""
         self.progress.end_epoch()
         before = self.history[-1]["seconds"] if self.history else 0.0
+        tested = test_sums[2].item() > 0
+        test_loss, test_acc = (test_sums[:2] / test_sums[2]).tolist() if tested else (None, None)
         r = dict(epoch=self.epoch + 1, train_loss=sums[0].item() / sums[2].item(),
-                 train_acc=sums[1].item() / sums[2].item(), test_loss=(test_sums[0] / test_sums[2]).item(),
-                 test_acc=(test_sums[1] / test_sums[2]).item(), lr=lr, images_per_s=sums[2].item() / max(self.seconds, 1e-9),
-                 seconds=before + time.time() - self.epoch_started)
-        r["best_test_acc"] = max([r["test_acc"]] + [m["test_acc"] for m in self.history])
+                 train_acc=sums[1].item() / sums[2].item(), test_loss=test_loss, test_acc=test_acc, lr=lr,
+                 images_per_s=sums[2].item() / max(self.seconds, 1e-9), seconds=before + time.time() - self.epoch_started)
+        r["best_test_acc"] = max((m["test_acc"] for m in self.history + [r] if m["test_acc"] is not None), default=None)
         if self.writer and getattr(self.model, "attention_layers", None):  # how convolution-like, per layer
             r["layers"] = layer_measures(self.model)
         self.history.append(r)
@@ -213,8 +215,9 @@ class Run:
             if head_snapshot(self.model):
                 append_jsonl(self.out / "heads.jsonl", {"epoch": r["epoch"], "layers": head_snapshot(self.model)})
             eta = (self.cfg.epochs - r["epoch"]) * r["seconds"] / r["epoch"]
+            test = f"test loss {test_loss:.3f} acc {test_acc:.3f}" if tested else "not tested this epoch"
             print(f"epoch {r['epoch']:>3}/{self.cfg.epochs}  train loss {r['train_loss']:.3f} acc {r['train_acc']:.3f}  "
-                  f"test loss {r['test_loss']:.3f} acc {r['test_acc']:.3f}  lr {r['lr']:.4f}  "
+                  f"{test}  lr {r['lr']:.4f}  "
                   f"{r['images_per_s']:.0f} img/s  {r['seconds']:.0f}s  ETA {eta / 60:.1f} min", flush=True)
         self.epoch, self.step, self.seconds = self.epoch + 1, 0, 0.0
         return r

@@ -4,7 +4,7 @@
   `parse_flags`), `output_folder` is where it writes (never into a run's folder), and
   `command_line` ends a script with one line and an exit code;
 - the device (cuda, then mps, then cpu) and the precision it computes natively (bf16, fp16
-  with a gradient scaler, fp32), decided once per run;
+  with a gradient scaler, fp32), decided once per run; torch.compile, with eager's dropout;
 - progress: images/s and the run's remaining time on stderr;
 - stop signals: Ctrl-C and SIGTERM only set a flag that train.py reads between batches
   (and TrainingError, for a run that cannot go on);
@@ -124,6 +124,18 @@ def processes(device: torch.device):
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+COMPILE_MODES = ("default", "reduce-overhead")
+
+
+def compiled(net: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """`net` under torch.compile: default fuses a step's operators into fewer kernels, compiled
+    at its first steps; reduce-overhead also records the forward and the backward once as CUDA
+    graphs and replays them, a launch a graph where eager launches each of hundreds of kernels.
+    Its dropout draws eager's masks (inductor's fallback_random), not inductor's own: a compiled
+    model computes the eager model's function, within round-off (test_all.py)."""
+    return torch.compile(net, options=torch._inductor.list_mode_options(mode) | {"fallback_random": True})
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -10,10 +10,10 @@ Read top to bottom: the settings (Config, A.4's defaults), the optimizer and its
 one epoch of training (`train_epoch`: forward, loss, backward, step, under autocast and a
 gradient scaler; each step counted, its loss checked every 50 steps, logged, and a stop signal read before
 the next), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule, resume,
-and the loop over epochs, which saves a checkpoint after every epoch and at a Ctrl-C. Below
-the `# ----` line: the presets and the flags' checks. What a long run needs besides (the
-files it writes, progress, the stop signal's plumbing, the process) is in records.py and
-runtime.py: no line there computes a step.
+and the loop over epochs, which evaluates and saves a checkpoint after every epoch (or every
+--eval-every epochs) and at a Ctrl-C. Below the `# ----` line: the presets and the flags' checks.
+What a long run needs besides (the files it writes, progress, the stop signal's plumbing, the
+process, compilation) is in records.py and runtime.py: no line there computes a step.
 """
 import contextlib
 import math
@@ -30,8 +30,8 @@ from attention import ENCODINGS, FastSelfAttention2d
 from measures import head_overlap
 from model import MODELS, model_from_config
 from records import Run, atomic_save, load_checkpoint
-from runtime import (DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, decide_precision, flag, option,
-                     output_folder, parse_flags, pick_device, processes)
+from runtime import (COMPILE_MODES, DTYPES, PRECISIONS, Stop, StopSignal, TrainingError, command_line, compiled,
+                     decide_precision, flag, option, output_folder, parse_flags, pick_device, processes)
 
 
 @dataclass
@@ -71,13 +71,16 @@ class Config:
     preset: str = option("paper", "defaults for every flag not given: paper (A.4), tiny (a smoke run) "
                                   "or laptop (2 layers of width 64 on a CPU)", choices=["paper", "tiny", "laptop"])
     eval_batch_size: int = option(500, "images per test batch")
+    eval_every: int = option(1, "evaluate and save the checkpoint every this many epochs and after the last "
+                                "(a stop signal saves whenever it comes)")
     log_every: int = option(0, "every this many steps (and at step 0), the layers' measures and heads to "
                                "steps.jsonl (0: none)")
     out: str = option("", "run directory (default runs/ENCODING-PRESET)")
     resume: str = option("", "run directory (or checkpoint) to continue")
     seed: int = option(0, "the one seed of the run")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
-    compile: bool = option(False, "torch.compile the model")
+    compile: str = option("", "torch.compile the model, with eager's dropout masks; reduce-overhead: also replay "
+                              "each step as CUDA graphs (a GPU only)", choices=COMPILE_MODES, nargs="?", const="default")
     precision: str = option("auto", "matrix products in fp32, or autocast to bf16, or to fp16 with a gradient "
                                     "scaler; auto: what the hardware computes natively (runtime.choose_precision)",
                             choices=("auto",) + PRECISIONS)
@@ -283,7 +286,7 @@ def main(cfg: Config, model=None) -> dict:
         if checkpoint:
             restore(checkpoint, model, optimizer, schedule, scaler, sums, run)
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
-        net = torch.compile(net) if cfg.compile else net
+        net = compiled(net, cfg.compile) if cfg.compile else net  # --compile: fused kernels, the same function
         run.begin(optimizer, len(train_set.labels), len(test_set.labels))  # config.json, the logs, the first lines
 
         checkpoint_path = Path(cfg.out) / "checkpoint.pt"
@@ -298,7 +301,8 @@ def main(cfg: Config, model=None) -> dict:
                     raise Stop(stop.signum)
                 for buffer in model.buffers() if world > 1 else ():  # BatchNorm statistics: rank 0's for all
                     dist.broadcast(buffer, 0)
-                test_sums = evaluate(net, test_batches.epoch(0), cfg.precision)
+                tested = (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs  # evaluated and saved
+                test_sums = evaluate(net, test_batches.epoch(0), cfg.precision) if tested else sums.new_zeros(3)
                 epoch_sums = sums.clone()  # the epoch's totals, over every process
                 if world > 1:
                     dist.all_reduce(epoch_sums)
@@ -306,7 +310,7 @@ def main(cfg: Config, model=None) -> dict:
                 check_finite(epoch_sums[0], run)
                 run.end_epoch(epoch_sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
                 sums.zero_()
-                if rank == 0:
+                if rank == 0 and tested:
                     save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
         return run.finish()
 
@@ -366,9 +370,12 @@ def check_config(cfg: Config):
     """A ValueError naming the flag for any value that cannot work."""
     if cfg.log_every < 0:
         raise ValueError(f"--log-every must be 0 (none) or a number of steps, got {cfg.log_every}")
-    for name in ("epochs", "batch_size", "eval_batch_size", "layers", "dim", "ffn_dim", "width"):
+    for name in ("epochs", "batch_size", "eval_batch_size", "eval_every", "layers", "dim", "ffn_dim", "width"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.compile == "reduce-overhead" and pick_device(cfg.device).type != "cuda":
+        raise ValueError(f"--compile reduce-overhead replays CUDA graphs: it needs a CUDA device, and this run's is "
+                         f"{pick_device(cfg.device)} (use --compile)")
     if cfg.overlap and cfg.content:
         raise ValueError("--overlap needs position-only heads; --content makes them depend on the image")
     heads = [cfg.heads] if isinstance(cfg.heads, int) else cfg.heads

@@ -1,44 +1,56 @@
 #!/usr/bin/env bash
-# A GPU's first minutes: does the paper's width make layer 4 sharpen around the query?
+# A GPU lease in one command: train.py's step timed eager, compiled and as CUDA graphs, then A.4 at
+# the paper's width with the fastest that agrees, for the longest complete schedule the lease holds.
 #
-#     bash lab/gpu.sh [DATA_DIR] [OUT]    # DATA_DIR holds cifar-10-batches-py (default data/);
-#                                         # OUT gets the runs, their logs and bench (default runs/gpu)
+#     bash lab/gpu.sh DATA_DIR OUT SECONDS [flags]    # DATA_DIR holds cifar-10-batches-py; SECONDS:
+#                                                     # the lease's training time, all its calls together
 #
-# Two runs side by side on the one GPU, train.py's paper recipe (quadratic encoding, 6 layers,
-# A.4, bf16 by auto) as a complete 30-epoch schedule (15,000 steps: warm-up 750, cosine to zero
-# at 15,000; not the first tenth of the paper's 300 epochs), the layers' measures and heads
-# every 500 steps in steps.jsonl: OUT/width400 (the paper's width) and OUT/width64 (--dim 64,
-# the CPU runs' width; the one difference). Each gets GPU_TRAIN_SECONDS (default 480): at the
-# limit it is stopped with SIGINT and saves at a batch boundary, its finished epochs kept
-# (continue with python train.py --resume OUT/width400). Then bench's CUDA tables for at most
-# GPU_BENCH_SECONDS (default 90), each written to OUT/bench.json as it finishes; a bench that
-# fails costs the runs nothing. Last, the tests that need a GPU (pytest -m gpu) for at most
-# GPU_TEST_SECONDS (default 60; 0: none) into OUT/pytest-gpu.log. Arguments after OUT go to
-# both runs (the tests shrink them).
+# A first call (OUT holds no checkpoint, nor modes.json) runs `python -m lab.bench --modes`: train.py's
+# training step at A.4's recipe (width 400, batch 100, seed 0, the precision auto picks) for GPU_STEPS
+# steps (40) in each of GPU_MODES (eager,default,reduce-overhead), each checked against eager's losses
+# (OUT/modes.json, OUT/modes.txt). Then train.py trains OUT/width400 in the fastest mode that agrees,
+# for as many epochs as SECONDS hold at that mode's step (plus 5% for evaluation, logs and
+# checkpoints; an --epochs among the flags overrides it). It evaluates and saves every 5 epochs and
+# logs the layers' measures and heads every 500 steps. GPU_CALL_SECONDS (540) after the call began,
+# the run is stopped with SIGINT and saves at a batch boundary. A later call (OUT holds the
+# checkpoint) continues it with --resume, for as long again. Each call appends what it did, with
+# times, to OUT/gpu.log, and the run's output to OUT/width400.log. The flags go to the bench and to
+# train.py; the tests shrink the run with them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-data=$(realpath -m "${1:-$root/data}")  # the caller's paths, before moving to the project's root
-out=$(realpath -m "${2:-$root/runs/gpu}")
-shift $(( $# < 2 ? $# : 2 ))
+data=$(realpath -m "$1")  # the caller's paths, before moving to the project's root
+out=$(realpath -m "$2")
+budget=$3
+shift 3
 cd "$root"
 mkdir -p "$out"
+run=$out/width400
+say() { echo "$(date -u +%FT%TZ) +${SECONDS}s: $*" | tee -a "$out/gpu.log"; }
 
-train() {  # $1: the run's name; then its flags
-    local name=$1
-    shift
-    timeout --preserve-status -s INT -k 60 "${GPU_TRAIN_SECONDS:-480}" python3 train.py --encoding quadratic --epochs 30 \
-        --log-every 500 --data-dir "$data" --out "$out/$name" "$@" > "$out/$name.log" 2>&1
-    echo "$name: exit $? (0: finished; 130: stopped at its time limit, saved)" | tee -a "$out/$name.log"
-}
-
-train width400 "$@" &
-train width64 --dim 64 "$@" &
-wait
-timeout -k 10 "${GPU_BENCH_SECONDS:-90}" python3 -m lab.bench --devices cuda --repeats 5 --json "$out/bench.json" \
-    > "$out/bench.txt" 2>&1 || echo "bench: exit $? (the runs are kept)" | tee -a "$out/bench.txt"
-if (( ${GPU_TEST_SECONDS:-60} > 0 )); then
-    timeout -k 10 "${GPU_TEST_SECONDS:-60}" python3 -m pytest -q -rs -m gpu -p no:cacheprovider test_all.py lab/test_lab.py \
-        > "$out/pytest-gpu.log" 2>&1
-    echo "tests that need a GPU: exit $? (0: passed; without a GPU, skipped)" | tee -a "$out/pytest-gpu.log"
+if [ -e "$run/checkpoint.pt" ]; then
+    say "continuing $run"
+    args=(--resume "$run")
+else
+    flags=(--encoding quadratic --seed 0 --data-dir "$data" --eval-every 5 --log-every 500 "$@")
+    if [ ! -e "$out/modes.json" ] && ! python3 -m lab.bench --modes "${GPU_MODES:-eager,default,reduce-overhead}" --steps "${GPU_STEPS:-40}" \
+            --train-flags "${flags[*]@Q}" --json "$out/modes.json" > "$out/modes.txt" 2>&1; then
+        say "bench failed (OUT/modes.txt); nothing trained"
+        exit 1
+    fi
+    read -r mode epoch_s < <(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+print(r["fastest"], r["fastest_epoch_s"])' "$out/modes.json")
+    epochs=$(awk -v b="$budget" -v e="$epoch_s" 'BEGIN { print int(b / (1.05 * e)) }')
+    say "fastest mode that agrees: $mode, $epoch_s s an epoch of training steps; $budget s hold $epochs epochs"
+    (( epochs >= 100 )) || say "$epochs epochs: under 100, all that $budget s hold at this step"
+    compile=()
+    [ "$mode" != eager ] && compile=(--compile "$mode")
+    args=(--epochs "$epochs" "${flags[@]}" "${compile[@]}" --out "$run")  # an --epochs in the flags comes later
 fi
-exit 0
+left=$(( ${GPU_CALL_SECONDS:-540} - SECONDS ))
+if (( left <= 0 )); then
+    say "no time left in this call to train; the same command trains"
+    exit 0
+fi
+say "training for at most $left s: python3 train.py ${args[*]}"
+timeout --preserve-status -s INT -k 60 "$left" python3 train.py "${args[@]}" >> "$out/width400.log" 2>&1
+say "train.py: exit $? (0: finished; 130: stopped at the call's limit and saved, continued by the same command)"

@@ -34,49 +34,56 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---- The GPU command and bench.py ------------------------------------------------------------
 
-def gpu_command(out: Path, *flags, seconds: int = 300, tests: int = 0) -> subprocess.CompletedProcess:
-    """lab/gpu.sh, its runs shrunk by appended flags, its bench made to fail: stopped after 1 s
-    (and on a machine without CUDA refused at once); its GPU tests for `tests` seconds (0: none)."""
-    return subprocess.run(["bash", "lab/gpu.sh", "data", str(out), *flags], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, GPU_TRAIN_SECONDS=str(seconds), GPU_BENCH_SECONDS="1",
-                                   GPU_TEST_SECONDS=str(tests)), timeout=600)
+TINY = ["--dataset", "synthetic", "--subset", "1000", "--layers", "1", "--dim", "16", "--ffn-dim", "16", "--heads", "4",
+        "--batch-size", "50", "--device", "cpu", "--precision", "fp32"]  # 20 steps an epoch
+
+
+def gpu_command(out: Path, seconds: int, call_seconds: int) -> subprocess.CompletedProcess:
+    """lab/gpu.sh on this CPU: the tiny model on the synthetic set, eager and CUDA graphs (refused here)."""
+    return subprocess.run(["bash", "lab/gpu.sh", "unused", str(out), str(seconds), *TINY], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1", GPU_STEPS="10",
+                                                                     GPU_MODES="eager,reduce-overhead",
+                                                                     GPU_CALL_SECONDS=str(call_seconds)))
 
 
 @pytest.mark.slow
-def test_the_gpu_command_trains_both_widths_first_and_a_failing_bench_costs_nothing(tmp_path):
-    shrink = ["--dataset", "synthetic", "--subset", "200", "--layers", "1", "--ffn-dim", "16", "--heads", "4",
-              "--epochs", "1", "--device", "cpu", "--precision", "fp32"]
-    result = gpu_command(tmp_path, *shrink, tests=300)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    log = (tmp_path / "pytest-gpu.log").read_text()  # then the tests that need a GPU (without one, skipped)
-    assert "tests that need a GPU: exit 0" in log, log[-2000:]
-    assert torch.cuda.is_available() or "needs a CUDA GPU" in log, log[-2000:]
-    configs = {}
-    for name in ("width400", "width64"):
-        run = tmp_path / name
-        configs[name] = json.loads((run / "config.json").read_text())
-        assert json.loads((run / "steps.jsonl").read_text().splitlines()[0])["heads"][0]["centers"]
-        assert "final test accuracy" in (tmp_path / f"{name}.log").read_text()
-        assert "exit 0" in (tmp_path / f"{name}.log").read_text()
-    a, b = configs["width400"], configs["width64"]
-    assert (a["encoding"], a["log_every"], a["lr"], a["attention_dropout"], a["center_std"], a["position_lr"]) == (
-        "quadratic", 500, 0.1, 0.1, 2.0, 1.0)  # A.4's recipe, the authors' start
-    assert (a["dim"], b["dim"]) == (400, 64)
-    differ = {k for k in a if k not in ("environment", "out", "data_dir") and a[k] != b[k]}
-    assert differ == {"dim"}  # width the one difference
-    assert re.search(r"bench: exit [1-9]\d* \(the runs are kept\)", (tmp_path / "bench.txt").read_text())
+def test_the_gpu_command_times_the_modes_trains_in_the_fastest_that_agrees_and_a_second_call_continues(tmp_path):
+    """A first call benches, chooses the mode and the epochs 60 s hold, and is stopped at its call's
+    limit, saved; a second call continues the run to its end and benches nothing."""
+    first = gpu_command(tmp_path, 60, 40)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    modes = json.loads((tmp_path / "modes.json").read_text())
+    rows = {r["mode"]: r for r in modes["rows"]}
+    assert rows["reduce-overhead"]["error"] == "CUDA graphs need a CUDA device" and "losses" not in rows["reduce-overhead"]
+    assert len(rows["eager"]["losses"]) == 15 and rows["eager"]["agrees"] and modes["fastest"] == "eager"
+    epochs = int(60 / (1.05 * modes["fastest_epoch_s"]))
+    config = json.loads((tmp_path / "width400" / "config.json").read_text())
+    assert (config["epochs"], config["compile"], config["eval_every"], config["log_every"], config["seed"]) == (
+        epochs, "", 5, 500, 0)
+    assert (config["encoding"], config["lr"], config["attention_dropout"], config["dropout"]) == ("quadratic", 0.1, 0.1, 0.1)
+    saved = torch.load(tmp_path / "width400" / "checkpoint.pt", weights_only=True)
+    assert saved["epoch"] * 20 + saved["step"] > 0 and saved["epoch"] < epochs  # stopped mid-run, saved
+    assert "train.py: exit 130" in (tmp_path / "gpu.log").read_text()
+
+    second = gpu_command(tmp_path, 60, 300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    log = (tmp_path / "gpu.log").read_text()
+    assert "continuing" in log and log.rstrip().splitlines()[-1].endswith("train.py: exit 0 (0: finished; 130: stopped "
+                                                                            "at the call's limit and saved, continued "
+                                                                            "by the same command)")
+    assert json.loads((tmp_path / "modes.json").read_text()) == modes
+    metrics = [json.loads(l) for l in (tmp_path / "width400" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))
+    assert [m["epoch"] for m in metrics if m["test_acc"] is not None] == [e for e in range(1, epochs + 1)
+                                                                         if e % 5 == 0 or e == epochs]
+    assert {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()} == {
+        "gpu.log", "modes.json", "modes.txt", "width400.log", "width400/config.json", "width400/metrics.jsonl",
+        "width400/heads.jsonl", "width400/steps.jsonl", "width400/checkpoint.pt"}
 
 
-@pytest.mark.slow
-def test_the_gpu_commands_time_limit_stops_each_run_saved(tmp_path):
-    shrink = ["--dataset", "synthetic", "--layers", "1", "--dim", "16", "--ffn-dim", "16", "--heads", "4",
-              "--batch-size", "20", "--device", "cpu", "--precision", "fp32"]  # 15,000 steps: a minute or more here
-    result = gpu_command(tmp_path, *shrink, seconds=15)
-    assert result.returncode == 0, result.stdout[-2000:]
-    for name in ("width400", "width64"):
-        assert "exit 130" in (tmp_path / f"{name}.log").read_text()
-        saved = torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
-        assert saved["epoch"] * 500 + saved["step"] > 0 and saved["epoch"] < 30  # stopped mid-run, saved
+def test_bench_modes_compare_with_eager_first():
+    with pytest.raises(ValueError, match="eager first"):
+        bench.bench_modes(bench.Config(modes="default,eager"))
 
 
 @pytest.mark.gpu
