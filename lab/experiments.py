@@ -24,7 +24,8 @@ from train import Config as TrainConfig
 from train import applies, warmup_cosine
 
 
-NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "earlier_parts", "log_every"}
+NOT_THE_EXPERIMENT = {"seed", "out", "resume", "device", "data_dir", "compile", "environment", "earlier_parts", "log_every",
+                      "eval_every"}
 
 LAYER_MEASURES = ("locality_3x3", "locality_5x5", "one_pixel_heads", "one_pixel", "ring", "sides", "inside_3x3",
                   "inside_5x5", "mass_3x3", "mass_5x5", "distance", "coverage", "overlap")

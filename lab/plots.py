@@ -39,11 +39,13 @@ def band_figure(curves: dict, xlabel: str, ylabel: str, path: Path, style: str =
 
 
 def curves_figure(groups: dict, out: Path) -> Path:
-    """Test accuracy per epoch, over the epochs every seed of the experiment finished."""
+    """Test accuracy per epoch, over the epochs every seed of the experiment finished and tested
+    (a run with --eval-every tests some epochs only)."""
     curves = {}
     for key, name in labels(groups).items():
-        columns = list(zip(*([m["test_acc"] for m in r["metrics"]] for r in groups[key])))
-        curves[name] = (range(1, len(columns) + 1), columns)
+        columns = [(epoch, column) for epoch, column in enumerate(
+            zip(*([m["test_acc"] for m in r["metrics"]] for r in groups[key])), start=1) if None not in column]
+        curves[name] = ([epoch for epoch, _ in columns], [column for _, column in columns])
     return band_figure(curves, "epoch", "test accuracy", out / "accuracy_over_seeds.png", "-o")
 
 

@@ -247,6 +247,17 @@ def test_runs_differing_only_in_seed_are_one_experiment_with_mean_and_spread(tmp
         experiments.load_run(tmp_path)
 
 
+def test_accuracy_curves_skip_the_epochs_that_a_run_did_not_test(tmp_path, monkeypatch):
+    """A run with --eval-every records test_acc None between evaluations: the curve has the tested epochs only."""
+    runs = [write_run(tmp_path / f"e{s}", s, [None, 0.3, None, 0.5], eval_every=2) for s in (0, 1)]
+    groups = experiments.group([experiments.load_run(r) for r in runs])
+    drawn = {}
+    monkeypatch.setattr(plots, "band_figure", lambda curves, *a, **k: drawn.update(curves))  # the curves alone
+    plots.curves_figure(groups, tmp_path / "figs")
+    (x, columns), = drawn.values()
+    assert list(x) == [2, 4] and columns == [(0.3, 0.3), (0.5, 0.5)]
+
+
 def test_a_layer_that_not_every_run_has_is_one_clear_error(tmp_path):
     """--layer 0 had read the last layer (Python's index -1) and --layer 5 of a 2-layer run raised an IndexError."""
     runs = [experiments.load_run(write_run(tmp_path / f"r{n}", 0, [0.5], layers=n)) for n in (2, 6)]
