@@ -6,14 +6,13 @@
     python train.py --resume runs/quadratic-laptop       # continue exactly where a run stopped
     torchrun --nproc_per_node=4 train.py ...             # DistributedDataParallel, one process per GPU
 
-Read top to bottom: the settings (Config, A.4's defaults), the optimizer and its schedule,
-one epoch of training (`train_epoch`: forward, loss, backward, step, under autocast and a
-gradient scaler; each step counted, its loss checked every 50 steps, logged, and a stop signal read before
-the next), evaluation, the checkpoint, then `main`: data, model, optimizer, schedule, resume,
-and the loop over epochs, which evaluates and saves a checkpoint after every epoch (or every
---eval-every epochs) and at a Ctrl-C. Below the `# ----` line: the presets and the flags' checks.
-What a long run needs besides (the files it writes, progress, the stop signal's plumbing, the
-process, compilation) is in records.py and runtime.py: no line there computes a step.
+Read it top to bottom. First the settings (`Config`, A.4's defaults), the optimizer and its
+schedule. Then one epoch of training, `train_epoch`: forward, loss, backward, step. Then
+evaluation and the checkpoint. Last, `main`: data, model, optimizer, schedule, resume, and the
+loop over epochs. The loop saves a checkpoint after each evaluation and at a Ctrl-C.
+Below the `# ----` line: the presets and the checks of the flags. records.py and runtime.py
+hold what a long run needs besides (its files, progress, signals, the process); no line
+there computes a step.
 """
 import contextlib
 import math
@@ -91,14 +90,12 @@ class Config:
 
 
 def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
-    """SGD with A.4's momentum and weight decay (A.4 lists the settings, the authors' code uses
-    torch's SGD). One rule splits the parameters: a Gaussian head's center and the parameter
-    that sets its spread (quadratic alpha, gaussian Sigma^-1/2: the encoding's `undecayed`) take
-    no weight decay, as in the authors' code; every other parameter does. Ours: with
-    --position-lr every positional parameter takes that multiple of the learning rate, and the
-    spreads' parameters are a group of their own (the encoding's `spread`), which --spread-hold
-    holds still. The update of every parameter runs as one fused kernel (the same arithmetic, a
-    few launches per step instead of one per parameter) where the device has it."""
+    """SGD with A.4's momentum and weight decay.
+
+    As in the authors' code, a head's center and its spread (alpha, or Sigma^-1/2) take no weight
+    decay: the encoding lists them as `undecayed`. Ours: --position-lr scales the learning rate
+    of every positional parameter, and --spread-hold holds the spreads still for a while.
+    `fused=True` updates every parameter in one kernel: the same arithmetic, fewer launches."""
     undecayed = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "undecayed", ())}
     spreads = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "spread", ())}
     groups = {}  # (positional, decayed, spread) -> parameters
@@ -111,8 +108,8 @@ def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
 
 
 def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
-    """Learning-rate factor at each step: linear from 1/w to 1 over w steps, then cosine to 0;
-    0 for the first `hold` fraction of the steps."""
+    """A.4's learning-rate factor at each step: linear from 1/w to 1 over w warm-up steps, then a
+    cosine down to 0. It is 0 for the first `hold` fraction of the steps (--spread-hold)."""
     w, held = max(1, round(warmup * total_steps)), round(hold * total_steps)
 
     def factor(step):
@@ -133,8 +130,8 @@ def make_schedule(optimizer, total_steps: int, cfg: Config) -> torch.optim.lr_sc
 
 
 def make_loss(model, cfg: Config):
-    """Cross-entropy, the classification loss. Ours, with --overlap: plus that weight times the heads' overlap
-    summed over the layers (measures.head_overlap), so that heads attending alike pay for it."""
+    """Cross-entropy, the paper's loss. Ours, with --overlap: plus that weight times the heads'
+    overlap summed over the layers (measures.head_overlap), so that heads attending alike pay."""
     if not cfg.overlap:
         return F.cross_entropy
     return lambda logits, labels: (F.cross_entropy(logits, labels)
@@ -142,17 +139,17 @@ def make_loss(model, cfg: Config):
 
 
 def autocast(device: torch.device, precision: str):
-    """The run's precision (PyTorch's automatic mixed precision): matrix products in bf16 or fp16
-    inside the block, everything else in fp32; fp32: nothing changes."""
+    """PyTorch's mixed precision: matrix products in bf16 or fp16 inside the block, the rest in
+    fp32. In fp32 nothing changes."""
     return torch.autocast(device.type, dtype=DTYPES[precision]) if precision != "fp32" else contextlib.nullcontext()
 
 
 def train_epoch(net, batches, loss_fn, optimizer, schedule, scaler, precision: str, sums: torch.Tensor,
                 run: Run, stop: StopSignal) -> bool:
-    """One epoch of A.4 from the batch where the run stands, a batch at a time: forward, loss,
-    backward, an SGD step, the schedule's step; then the step counted and logged. Adds each
-    batch's summed loss, correct predictions and images to `sums` [3] in place (a stopped run
-    saves the running totals). False when a stop signal ended it early, at a batch boundary."""
+    """One epoch of A.4, from the batch where the run stands: forward, loss, backward, SGD step.
+
+    Each batch adds its summed loss, correct predictions and images to `sums` [3], in place, so a
+    stopped run saves the totals so far. Returns False when a stop signal ended the epoch early."""
     net.train()
     for images, labels in batches:  # [B, 3, 32, 32], [B]
         if stop.requested():  # Ctrl-C or SIGTERM, agreed by every process: stop before this step
@@ -198,9 +195,9 @@ def evaluate(net, batches, precision: str) -> torch.Tensor:
 
 def save_checkpoint(path, model, cfg: Config, run=None, optimizer=None, schedule=None, scaler=None, sums=None):
     """Everything --resume needs to continue exactly: weights, optimizer, schedule, gradient
-    scaler, settings, where the run stands (`run`: epoch, step; this epoch's running sums and
-    seconds; the epochs' records, `metrics`) and the random number generators. Without an optimizer, a
-    starting point (a pruned model): --resume trains it from epoch 0."""
+    scaler, settings, the random number generators, and where the run stands (epoch, step, this
+    epoch's sums, the epochs' records). Saved without an optimizer, it is a starting point (a
+    pruned model) that --resume trains from epoch 0."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     atomic_save(dict(model=model.state_dict(), config=asdict(cfg), optimizer=optimizer and optimizer.state_dict(),
                      scheduler=schedule and schedule.state_dict(), scaler=scaler and scaler.state_dict(),
