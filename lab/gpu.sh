@@ -5,7 +5,7 @@
 #     bash lab/gpu.sh DATA_DIR OUT SECONDS [flags]    # DATA_DIR holds cifar-10-batches-py; SECONDS:
 #                                                     # the lease's training time, all its calls together
 #
-# A first call (OUT holds no checkpoint, nor modes.json) runs `python -m lab.bench --modes`: train.py's
+# A first call (OUT holds no checkpoint, nor modes.json) runs `python -m lab.lease`: train.py's
 # training step at A.4's recipe (width 400, batch 100, seed 0, the precision auto picks) for GPU_STEPS
 # steps (40) in each of GPU_MODES (eager,default,reduce-overhead), each checked against eager's losses
 # (OUT/modes.json, OUT/modes.txt). Then train.py trains OUT/width400 in the fastest mode that agrees,
@@ -32,7 +32,7 @@ if [ -e "$run/checkpoint.pt" ]; then
     args=(--resume "$run")
 else
     flags=(--encoding quadratic --seed 0 --data-dir "$data" --eval-every 5 --log-every 500 "$@")
-    if [ ! -e "$out/modes.json" ] && ! python3 -m lab.bench --modes "${GPU_MODES:-eager,default,reduce-overhead}" --steps "${GPU_STEPS:-40}" \
+    if [ ! -e "$out/modes.json" ] && ! python3 -m lab.lease --modes "${GPU_MODES:-eager,default,reduce-overhead}" --steps "${GPU_STEPS:-40}" \
             --train-flags "${flags[*]@Q}" --json "$out/modes.json" > "$out/modes.txt" 2>&1; then
         say "bench failed (OUT/modes.txt); nothing trained"
         exit 1

@@ -26,7 +26,7 @@ import records
 import train as train_lib
 import visualize as viz
 from attention import ENCODINGS
-from lab import bench, compare, experiments, plots
+from lab import bench, compare, experiments, lease, plots
 from test_all import check_commands, flushes_subnormals, needs_cuda, not_blank, small_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,9 +81,9 @@ def test_the_gpu_command_times_the_modes_trains_in_the_fastest_that_agrees_and_a
         "width400/heads.jsonl", "width400/steps.jsonl", "width400/checkpoint.pt"}
 
 
-def test_bench_modes_compare_with_eager_first():
+def test_the_lease_bench_compares_with_eager_first():
     with pytest.raises(ValueError, match="eager first"):
-        bench.bench_modes(bench.Config(modes="default,eager"))
+        lease.time_modes(lease.Config(modes="default,eager"))
 
 
 @pytest.mark.gpu
@@ -480,8 +480,8 @@ def test_every_run_and_file_under_results_is_cited_by_the_documentation():
 
 
 def test_every_command_in_the_notebook_is_accepted_by_todays_code():
-    check_commands(ROOT / "lab" / "RESULTS.md", dict(bench=bench, compare=compare, prove=prove, prune=prune_lib,
-                                                     visualize=viz, data=data_lib))
+    check_commands(ROOT / "lab" / "RESULTS.md", dict(bench=bench, compare=compare, lease=lease, prove=prove,
+                                                     prune=prune_lib, visualize=viz, data=data_lib))
 
 
 def test_a_runs_config_is_read_as_the_model_it_built_never_refused():
