@@ -18,7 +18,6 @@ from exercises.check import Item
 WRITE = ("space_to_depth", "attention_parameters", "network_parameters", "paper_flops")
 STRETCH = ("separable_probs",)
 
-PRUNED = [7, 5, 8, 7, 3, 9]  # Table 2's pruned Gaussian model: A.1 pruned [2, 4, 1, 2, 6, 0] of 9 heads a layer
 SMALL = dict(layers=2, heads=4, dim=64, ffn_dim=96)  # a width-64 network, as a CPU trains it
 
 
@@ -116,32 +115,33 @@ def items(run: str) -> list:
         checks.append(Item(f"network_parameters({encoding}) in millions = Table 1's {paper}M to its rounding",
                            lambda yours, e=encoding: yours.network_parameters(e) / 1e6, paper, 0.05,
                            "6 layers, 9 heads, dim 400, ffn_dim 512 by default; " + hint_block))
-    n_small, n_pruned = model_count("learned", **SMALL), model_count("gaussian", heads=PRUNED)
+    n_small, n_pruned = model_count("learned", **SMALL), model_count("gaussian", heads=model.PRUNED_HEADS)
     checks += [
         Item(f"network_parameters(learned, layers=2, heads=4, dim=64, ffn_dim=96) - model's count ({n_small:,})",
              lambda yours: yours.network_parameters("learned", **SMALL) - n_small, 0, 0,
              "the learned tables are dim wide (not 400) and there is one pair a layer; " + hint_block),
-        Item(f"network_parameters(gaussian, heads={PRUNED}) - model's count of the pruned network ({n_pruned:,})",
-             lambda yours: yours.network_parameters("gaussian", heads=PRUNED) - n_pruned, 0, 0,
+        Item(f"network_parameters(gaussian, heads={model.PRUNED_HEADS}) - model's count of the pruned network "
+             f"({n_pruned:,})",
+             lambda yours: yours.network_parameters("gaussian", heads=model.PRUNED_HEADS) - n_pruned, 0, 0,
              "each layer's heads from the list: a pruned head takes its dim x dim block of W_out and its 6 "
              "positional numbers with it; W_out's bias (dim) stays"),
         Item("network_parameters(gaussian, pruned) in millions = Table 2's 9.7M to its rounding",
-             lambda yours: yours.network_parameters("gaussian", heads=PRUNED) / 1e6, 9.7, 0.05,
+             lambda yours: yours.network_parameters("gaussian", heads=model.PRUNED_HEADS) / 1e6, 9.7, 0.05,
              "15 heads pruned of 54: about 15 x 400 x 400 parameters fewer than 12.1M"),
     ]
     f_full = model.paper_flops(model.build_model("quadratic"))
-    f_pruned = model.paper_flops(model.build_model("gaussian", heads=PRUNED))
+    f_pruned = model.paper_flops(model.build_model("gaussian", heads=model.PRUNED_HEADS))
     f_small = model.paper_flops(model.build_model("quadratic", image_size=16, **SMALL), image_size=16)
     checks += [
         Item(f"paper_flops() - model.paper_flops(model.build_model('quadratic')) ({f_full:,})",
              lambda yours: yours.paper_flops() - f_full, 0, 0, hint_flops),
         Item("paper_flops() in billions = Table 1's 6.2B to its rounding",
              lambda yours: yours.paper_flops() / 1e9, 6.2, 0.05, hint_flops),
-        Item(f"paper_flops(heads={PRUNED}) - model.paper_flops of the pruned network ({f_pruned:,})",
-             lambda yours: yours.paper_flops(heads=PRUNED) - f_pruned, 0, 0,
+        Item(f"paper_flops(heads={model.PRUNED_HEADS}) - model.paper_flops of the pruned network ({f_pruned:,})",
+             lambda yours: yours.paper_flops(heads=model.PRUNED_HEADS) - f_pruned, 0, 0,
              "each layer's W_out costs tokens * heads * dim * dim multiply-adds with its own heads; " + hint_flops),
         Item("paper_flops(heads=pruned) in billions = Table 2's 4.9B to its rounding",
-             lambda yours: yours.paper_flops(heads=PRUNED) / 1e9, 4.9, 0.05, hint_flops),
+             lambda yours: yours.paper_flops(heads=model.PRUNED_HEADS) / 1e9, 4.9, 0.05, hint_flops),
         Item(f"paper_flops(64, 96, 4, 2, tokens=64) - model.paper_flops of it on 16x16 images ({f_small:,})",
              lambda yours: yours.paper_flops(64, 96, 4, 2, tokens=64) - f_small, 0, 0,
              "tokens = (image_size / 2)^2 after space-to-depth; " + hint_flops),

@@ -21,6 +21,10 @@ LEFT_OUT_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".wh
 LEFT_OUT_AT_ROOT = {"runs", "data"}
 
 
+def is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
 def written_stubs(root: Path = ROOT) -> list:
     """The functions of exercises/dayN_*.py whose body is more than a docstring and `raise NotImplementedError`."""
     written = []
@@ -30,8 +34,7 @@ def written_stubs(root: Path = ROOT) -> list:
         tree = ast.parse(path.read_text())
         bodies = {node.name: node.body for node in tree.body if isinstance(node, ast.FunctionDef)}
         for function in (*checks.WRITE, *checks.STRETCH):
-            docstring = lambda s: isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-            body = [s for s in bodies.get(function, []) if not docstring(s)]
+            body = [s for s in bodies.get(function, []) if not is_docstring(s)]
             untouched = (len(body) == 1 and isinstance(body[0], ast.Raise)
                          and "NotImplementedError" in ast.unparse(body[0]))
             if not untouched:

@@ -35,25 +35,24 @@ def rows(run: Path) -> dict:
     return out
 
 
+def table(header: str, found: list, cells) -> str:
+    """A Markdown table: the header's columns after `run`, then a row a run of `cells(run, layer 1, layer 2)`."""
+    lines = [f"| run | {header} |", "|---" * (header.count("|") + 2) + "|"]
+    return "\n".join(lines + [f"| {r['run']} | {cells(r, r[1], r[2])} |" for r in found])
+
+
 def main() -> None:
     order = lambda run: (not run.name.startswith("train-fp32"), int(run.name.rsplit("-s", 1)[1]))  # fp32 first
     found = [rows(run) for run in sorted(RUNS.glob("train-*-s*"), key=order)]
-    print("| run | L1 one-pixel heads | L1 pixels | on the 3x3 ring | held by the start | a fresh start's chance "
-          "| L1 distance change, px | L2 distance change, px |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in found:
-        one, two = r[1], r[2]
-        print(f"| {r['run']} | {one['heads']} | {one['pixels']} | {one['ring']} | {one['held']} | {one['fresh']:.2f} "
-              f"| {one['distance']:+.2f} | {two['distance']:+.2f} |")
+    print(table("L1 one-pixel heads | L1 pixels | on the 3x3 ring | held by the start | a fresh start's chance "
+                "| L1 distance change, px | L2 distance change, px", found,
+                lambda r, one, two: f"{one['heads']} | {one['pixels']} | {one['ring']} | {one['held']} | "
+                                    f"{one['fresh']:.2f} | {one['distance']:+.2f} | {two['distance']:+.2f}"))
     print()
-    print("| run | L1 travel, px | L2 travel, px | L1 median alpha | L2 median alpha | L2 heads below alpha 0.2 "
-          "| L2 one-pixel heads | test accuracy |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in found:
-        one, two = r[1], r[2]
-        print(f"| {r['run']} | {one['travel']:.2f} | {two['travel']:.2f} | {one['alpha']:.2f} | {two['alpha']:.2f} "
-              f"| {two['wide']} | {two['heads']} | {r['test_acc']:.4f} |")
-
+    print(table("L1 travel, px | L2 travel, px | L1 median alpha | L2 median alpha | L2 heads below alpha 0.2 "
+                "| L2 one-pixel heads | test accuracy", found,
+                lambda r, one, two: f"{one['travel']:.2f} | {two['travel']:.2f} | {one['alpha']:.2f} | "
+                                    f"{two['alpha']:.2f} | {two['wide']} | {two['heads']} | {r['test_acc']:.4f}"))
 
 if __name__ == "__main__":
     main()
