@@ -58,9 +58,9 @@ def shift_table(H: int, W: int) -> torch.Tensor:
 
 
 class Quadratic(nn.Module):
-    """Eq. 15: logit = -alpha ||delta - Delta||^2, one center Delta and one alpha per head.
-    alpha is an inverse width: the larger alpha, the narrower the head. Eq. 9's v^T r_delta is
-    this plus alpha ||Delta||^2, a constant per head that the softmax removes (eq. 14).
+    """The quadratic encoding (eq. 9), in A.1's form: eq. 15's logit -alpha ||delta - Delta||^2.
+    One center Delta and one alpha per head. alpha is an inverse width: the larger alpha, the
+    narrower the head.
 
     alpha = min_alpha + sqrt_2alpha^2 / 2 is positive by construction. sqrt_2alpha starts at
     1 + 0.01 N(0, 1), so alpha starts near 0.5, as in the authors' code. `min_alpha` (default 0)
@@ -87,7 +87,9 @@ class Quadratic(nn.Module):
             root = (2 * (value - self.min_alpha)).clamp(min=0).sqrt()  # below the floor: the floor
             self.sqrt_2alpha.copy_(root.expand_as(self.sqrt_2alpha))
 
-    def logits(self, delta):  # delta [..., 2] -> [heads, ...]
+    def logits(self, delta: torch.Tensor) -> torch.Tensor:
+        """Each head's logit at each shift, the exponent of eq. 15: delta [..., 2] -> [heads, ...].
+        delta is key - query as (row, col); the logits take delta's dtype and device."""
         d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)
         return -self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)
 
@@ -209,9 +211,12 @@ class SelfAttention2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eq. 4: MHSA(X) = concat_h [P_h X W_val^(h)] W_out + b_out, each W_val^(h) folded into
-        its block of W_out (eq. 11's W^(h)). Per output pixel, this is eq. 12."""
+        its block of W_out (eq. 11's W^(h)). Per output pixel, this is eq. 12.
+
+        x [B, H, W, dim] -> [B, H, W, out_dim]. P comes from `attention_probs`, then `self.dropout`:
+        position-only P is the same for every image, so one dropout mask serves the batch (the
+        authors' code). The concatenation puts head h's dim columns h-th, as W_out's blocks expect."""
         B, H, W, D = check_input(self, x).shape
-        # Position-only P is the same for every image: one dropout mask serves the batch (the authors' code).
         P = self.dropout(self.attention_probs(x))  # [heads, T, T], or [B, heads, T, T] with content
         P = P.expand(B, *P.shape[-3:])  # [B, heads, T, T], a view
         heads_out = torch.einsum("bhqk,bkd->bqhd", P, x.reshape(B, H * W, D))  # [B, T, heads, D]: P_h X

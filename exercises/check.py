@@ -1,37 +1,39 @@
-"""Checks a day of the week's exercises: PASS or FAIL for every item, with the value your code
-gives, the reference it is held to and the tolerance.
+"""Checks a day of the week's exercises: PASS or FAIL for every item, with the value the library's
+function gives, the reference it is held to and the tolerance.
 
-    python -m exercises.check 1                    # your functions in exercises/day1_theorem.py
+    python -m exercises.check 1                    # day 1's functions, where they live (attention.py, prove.py)
     python -m exercises.check 3 --run runs/day3    # day 3 also reads your training run
-    python -m exercises.check 1 --solutions        # the reference solutions (exercises/solutions/)
 
-Run it from the project's root. Each day's items live in exercises/dayN_check.py. Every
-reference there is computed apart from your code: in float64, by `F.conv2d`, from the paper's
-tables, by the project's own layer, or as a band over committed runs. Passing is evidence, not
-proof: a check tests the cases it names.
+Run it from the project's root. Each day's items live in exercises/dayN_check.py, with WRITE: the
+functions the day writes, by file. Every reference there is computed apart from those functions:
+in float64 from the equations, by `F.conv2d`, from the paper's tables, or as a band over committed
+runs. Passing is evidence, not proof: a check tests the cases it names.
 
-A stretch goal is optional. Its items say SKIP until you write its function, and a SKIP never
-fails the day. Once written, a stretch item passes or fails like any other.
+A function not yet written (its body still `raise NotImplementedError("day N: ...")`) FAILs as
+"not written"; a stretch goal's items say SKIP until written, and a SKIP never fails the day.
+An exception in the library is your bug: FAIL. An exception in the check's own code is the check's
+bug: ERROR, which fails the day too and asks for a report.
 """
 import argparse
 import importlib
-import importlib.util
 import math
 import sys
-import types
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 DAYS = {1: "day1_theorem", 2: "day2_network", 3: "day3_training", 4: "day4_pruning", 5: "day5_open"}
+EXERCISES = Path(__file__).resolve().parent
 
 
 @dataclass
 class Item:
-    """One checked claim: `measure(yours)` should lie within `tol` of `reference` ("within"),
+    """One checked claim: `measure()` should lie within `tol` of `reference` ("within"),
     at least / at most `reference` ("at least", "at most"), or in the band [reference, high]
     ("in band")."""
     name: str
-    measure: Callable  # the module of your functions -> a number
+    measure: Callable  # () -> a number, computed by the library's functions
     reference: float
     tol: float = 0.0
     hint: str = ""
@@ -58,16 +60,29 @@ class Item:
         return f"{self.test} {self.reference:.6g}" + (f" (tolerance {self.tol:.1g})" if self.tol else "")
 
 
-def evaluate(item: Item, yours) -> tuple:
-    """(status, the line to print) for one item: status PASS, FAIL or SKIP (an unwritten stretch goal).
-    An exception in your code is a FAIL, said in one line."""
+def raised_by_check(error: BaseException) -> bool:
+    """Whether an exception was raised in a check's own code, not in the library: the last frame
+    of this project's files is under exercises/."""
+    frames = [f.filename for f in traceback.extract_tb(error.__traceback__)]
+    ours = [f for f in frames if Path(f).resolve().is_relative_to(EXERCISES.parent)]
+    return bool(ours) and Path(ours[-1]).resolve().is_relative_to(EXERCISES)
+
+
+def evaluate(item: Item) -> tuple:
+    """(status, the line to print) for one item: PASS, FAIL, SKIP (an unwritten stretch goal) or
+    ERROR (the check's own code failed)."""
     try:
-        value = float(item.measure(yours))
-    except NotImplementedError:
-        if item.stretch:
+        value = float(item.measure())
+    except NotImplementedError as e:
+        if str(e).startswith("day ") and item.stretch:
             return "SKIP", f"SKIP  {item.name}: a stretch goal, not written (optional)"
-        return "FAIL", f"FAIL  {item.name}: not written yet (NotImplementedError)\n      hint: {item.hint}"
-    except Exception as e:  # a student's bug: name it and go on to the next item
+        if str(e).startswith("day "):
+            return "FAIL", f"FAIL  {item.name}: not written yet ({e})\n      hint: {item.hint}"
+        return "FAIL", f"FAIL  {item.name}: NotImplementedError: {e}\n      hint: {item.hint}"
+    except Exception as e:
+        if raised_by_check(e):
+            return "ERROR", (f"ERROR {item.name}: the check itself failed ({type(e).__name__}: {e}); "
+                             "this is not your mistake: please report it")
         return "FAIL", f"FAIL  {item.name}: {type(e).__name__}: {e}\n      hint: {item.hint}"
     if item.passes(value):
         return "PASS", f"PASS  {item.name}: {value:.6g} ({item.rule()})"
@@ -75,34 +90,22 @@ def evaluate(item: Item, yours) -> tuple:
 
 
 def day_checks(day: int):
-    """The module exercises/dayN_check.py: its `items(run)`, `WRITE` (the functions a student
-    writes) and `STRETCH` (the stretch goals' functions)."""
+    """The module exercises/dayN_check.py: its `items(run)`, `WRITE` and `STRETCH` (the functions
+    the day writes and its stretch goals', {file: qualified names}) and `MISTAKES` (plausible
+    mistakes, each planted in a copy by exercises/test_exercises.py)."""
     return importlib.import_module(f"exercises.day{day}_check")
 
 
-def unwritten(day: int) -> types.SimpleNamespace:
-    """The day's stubs as they ship: every function of WRITE and STRETCH raises NotImplementedError.
-    Built here, not read from exercises/dayN_*.py, which a student edits."""
-    def stub(name):
-        def raises(*args, **kwargs):
-            raise NotImplementedError(name)
-        return raises
-    checks = day_checks(day)
-    return types.SimpleNamespace(**{name: stub(name) for name in (*checks.WRITE, *checks.STRETCH)})
-
-
-def check(day: int, solutions: bool = False, run: str = "", yours=None) -> list:
-    """Every item of `day` against your module, the solutions' (`solutions`) or any module
-    given as `yours`: [(status, line), ...], status PASS, FAIL or SKIP."""
-    if yours is None:
-        yours = importlib.import_module(("exercises.solutions." if solutions else "exercises.") + DAYS[day])
-    return [evaluate(item, yours) for item in day_checks(day).items(run)]
+def check(day: int, run: str = "") -> list:
+    """Every item of `day` against the library as it stands: [(status, line), ...]."""
+    return [evaluate(item) for item in day_checks(day).items(run)]
 
 
 def verdict(statuses: list) -> str:
     """The day's summary line's counts: the items that pass, and the stretch goals' skipped items."""
-    count = {s: statuses.count(s) for s in ("PASS", "FAIL", "SKIP")}
+    count = {s: statuses.count(s) for s in ("PASS", "FAIL", "SKIP", "ERROR")}
     line = f"{count['PASS']} of {len(statuses) - count['SKIP']} items pass"
+    line += f"; {count['ERROR']} checks failed themselves (please report)" if count["ERROR"] else ""
     return line + (f"; {count['SKIP']} stretch items skipped (optional)" if count["SKIP"] else "")
 
 
@@ -110,18 +113,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("day", type=int, choices=sorted(DAYS), help="which day's exercises")
-    parser.add_argument("--solutions", action="store_true", help="check the reference solutions instead of yours")
     parser.add_argument("--run", default="", help="your training run's folder (day 3)")
     args = parser.parse_args(argv)
-    if args.solutions and importlib.util.find_spec("exercises.solutions") is None:
-        print("exercises/solutions/ is not in this copy: a students' copy has no solutions")
-        return 2
-    results = check(args.day, args.solutions, args.run)
+    try:
+        results = check(args.day, args.run)
+    except SyntaxError as e:  # a library file mid-edit: say where, and fail the day
+        print(f"FAIL  {Path(e.filename or '?').name} does not parse, line {e.lineno}: {e.msg}")
+        return 1
     for _, line in results:
         print(line)
     statuses = [status for status, _ in results]
     print(f"day {args.day}: {verdict(statuses)}")
-    return 1 if "FAIL" in statuses else 0
+    return 1 if {"FAIL", "ERROR"} & set(statuses) else 0
 
 
 if __name__ == "__main__":

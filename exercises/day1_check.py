@@ -1,136 +1,172 @@
-"""Day 1's items: Theorem 1 by hand, held to float64 references, F.conv2d and the project's code.
+"""Day 1's items: Theorem 1, written where it lives, held to float64 references and F.conv2d.
 
-    python -m exercises.check 1                # exercises/day1_theorem.py
-    python -m exercises.check 1 --solutions    # exercises/solutions/day1_theorem.py
+    python -m exercises.check 1
 
-References: eq. 9's v^T r_delta written out here; attention.SelfAttention2d's probabilities
-(the quadratic encoding); prove.conv_to_attention's construction and layer; F.conv2d. All in
-float64 with seeded inputs, so every CPU gives the same verdicts.
+The functions: attention.Quadratic.logits, attention.SelfAttention2d.forward, prove.kernel_heads
+and prove.off_center_mass. The references are written out here: eq. 9's v^T r_delta, eq. 16's
+Gaussian logits and eq. 12's sum, the kernel's entries read one by one, F.conv2d, and Lemma 2's
+probabilities as a softmax over a 41 x 41 grid. All in float64 with seeded inputs, so every CPU
+gives the same verdicts.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import SelfAttention2d
+import attention
+import prove
 from exercises.check import Item
-from prove import conv_to_attention
 
-WRITE = ("quadratic_logits", "conv_heads", "mhsa_conv", "off_center_mass")  # exercises/day1_theorem.py
-STRETCH = ()
+WRITE = {"attention.py": ("Quadratic.logits", "SelfAttention2d.forward"),
+         "prove.py": ("kernel_heads", "off_center_mass")}
+STRETCH = {}
 
 
 def randn(*shape, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def conv(c_in: int, c_out: int, K: int, seed: int) -> nn.Conv2d:
-    """A bias-free float64 K x K convolution, zero padding K//2, with seeded weights."""
-    layer = nn.Conv2d(c_in, c_out, K, padding=K // 2, bias=False).double()
-    with torch.no_grad():
-        layer.weight.copy_(randn(c_out, c_in, K, K, seed=seed))
-    return layer
-
-
-def quadratic_layer(grid: tuple, center: tuple, alpha: float) -> SelfAttention2d:
-    """The project's one-head quadratic layer (eq. 9) in float64, center and alpha set."""
-    layer = SelfAttention2d(1, heads=1, grid=grid, encoding="quadratic").double()
-    with torch.no_grad():
-        layer.encoding.centers.copy_(torch.tensor([center], dtype=torch.float64))
-    layer.encoding.alpha = alpha
-    return layer
-
-
-def eq9_error(yours) -> float:
-    """max |yours - (v^T r_delta - alpha ||Delta||^2)| with eq. 9's v and r_delta written out."""
+def eq9_error() -> float:
+    """max |Quadratic.logits - (v^T r_delta - alpha ||Delta||^2)|, eq. 9's v and r_delta written out."""
     delta = 2 * randn(6, 5, 2, seed=1)  # [6, 5, 2], shifts off the integer grid too
-    center, alpha = torch.tensor([0.7, -1.3], dtype=torch.float64), 2.5
-    v = -alpha * torch.cat([torch.ones(1, dtype=torch.float64), -2 * center])  # [3]
+    centers, alpha = torch.tensor([[0.7, -1.3], [-2.0, 0.4]], dtype=torch.float64), torch.tensor([2.5, 0.3])
+    encoding = attention.Quadratic(2).double()
+    with torch.no_grad():
+        encoding.centers.copy_(centers)
+    encoding.alpha = alpha
     r = torch.cat([(delta**2).sum(-1, keepdim=True), delta], dim=-1)  # [6, 5, 3]: (||delta||^2, delta_1, delta_2)
-    reference = r @ v - alpha * (center**2).sum()
-    return (yours.quadratic_logits(delta, center, alpha) - reference).abs().max().item()
+    found = encoding.logits(delta)
+    errors = []
+    for h in range(2):
+        v = -encoding.alpha[h].item() * torch.cat([torch.ones(1, dtype=torch.float64), -2 * centers[h]])  # [3]
+        errors.append((found[h] - (r @ v - encoding.alpha[h].item() * (centers[h] ** 2).sum())).abs().max())
+    return max(errors).item()
 
 
-def softmax_error(yours) -> float:
-    """max |softmax_k quadratic_logits(k - q) - attention.SelfAttention2d's P| on a 7 x 9 grid."""
-    grid, center, alpha = (7, 9), (1.3, -0.6), 0.8
-    P = quadratic_layer(grid, center, alpha).attention_probs()[0]  # [T, T]
-    pos = torch.cartesian_prod(torch.arange(grid[0]), torch.arange(grid[1])).double()  # [T, 2] row-major
-    delta = pos[None, :] - pos[:, None]  # [T, T, 2]: key - query
-    logits = yours.quadratic_logits(delta, torch.tensor(center, dtype=torch.float64), alpha)
-    return (logits.softmax(-1) - P).abs().max().item()
+def forward_error(content: bool):
+    """max |SelfAttention2d.forward - eq. 12 written out| for a Gaussian layer on a 5 x 7 grid
+    (3 heads, width 4, out 6). With `content`, P comes from the layer's attention_probs(x)."""
+    def measure() -> float:
+        torch.manual_seed(3)
+        layer = attention.SelfAttention2d(4, heads=3, grid=(5, 7), encoding="gaussian", content=content,
+                                          out_dim=6).double()
+        x = randn(2, 5, 7, 4, seed=4)
+        with torch.no_grad():
+            if content:
+                P = layer.attention_probs(x)  # [B, heads, T, T]
+            else:
+                pos = torch.cartesian_prod(torch.arange(5), torch.arange(7)).double()  # [T, 2] row-major
+                d = pos[None, :, None] - pos[:, None, None] - layer.encoding.centers  # [T, T, heads, 2]: k - q - Delta
+                inv_cov = layer.encoding.inv_cov  # [heads, 2, 2]
+                logits = -0.5 * torch.einsum("qkhi,hij,qkhj->hqk", d, inv_cov, d)  # eq. 16
+                P = logits.softmax(-1).expand(2, 3, 35, 35)
+            X = x.reshape(2, 35, 4)
+            W = layer.W_out.weight.view(6, 3, 4)  # [out, heads, dim]: W^(h) = W[:, h].T
+            reference = sum(P[:, h] @ X @ W[:, h].T for h in range(3)) + layer.W_out.bias  # eq. 12: [B, T, out]
+            return (layer(x).reshape(2, 35, 6) - reference).abs().max().item()
+    return measure
 
 
 def heads_error(part: str):
-    """max |conv_heads(weight)'s centers or W - prove.conv_to_attention's|, a 5 x 5 kernel, 3 -> 4 channels."""
-    def measure(yours) -> float:
-        c = conv(3, 4, 5, seed=2)
-        layer = conv_to_attention(c, alpha=1.0).attention
-        centers, W = yours.conv_heads(c.weight.detach())
+    """kernel_heads on a 3 x 5 kernel (2 -> 4 channels): its centers or W_out against the entries
+    read one by one."""
+    def measure() -> float:
+        weight = randn(4, 2, 3, 5, seed=2)
+        centers, W_out = prove.kernel_heads(weight)
+        expected_centers, expected_W = [], torch.zeros(4, 15 * 2, dtype=torch.float64)
+        for i in range(3):
+            for j in range(5):
+                h = i * 5 + j
+                expected_centers.append([i - 1, j - 2])  # F.conv2d: output q reads input q + (i - 1, j - 2)
+                for c in range(2):
+                    expected_W[:, h * 2 + c] = weight[:, c, i, j]
         if part == "centers":
-            return (centers - layer.encoding.centers.detach()).abs().max().item()
-        W_ref = layer.W_out.weight.detach().view(4, 25, 3).permute(1, 2, 0)  # [heads, C_in, C_out]
-        return (W - W_ref).abs().max().item()
+            return (centers - torch.tensor(expected_centers, dtype=torch.float64)).abs().max().item()
+        return (W_out - expected_W).abs().max().item()
     return measure
 
 
-def layer_error(yours) -> float:
-    """max |mhsa_conv - prove.conv_to_attention(conv, 1.0)(x)|, given the layer's centers, W^(h) and alpha."""
-    c, x = conv(3, 4, 3, seed=3), randn(2, 3, 9, 11, seed=4)
-    layer = conv_to_attention(c, alpha=1.0)
-    encoding, W_out = layer.attention.encoding, layer.attention.W_out
-    W = W_out.weight.detach().view(4, 9, 3).permute(1, 2, 0)  # [heads, C_in, C_out]
-    alpha = encoding.alpha[0].item()
-    with torch.no_grad():
-        return (yours.mhsa_conv(x, encoding.centers.detach(), W, alpha) - layer(x)).abs().max().item()
-
-
-def conv_error(K: int, alpha: float = 40.0):
-    """max |mhsa_conv(x, *conv_heads(weight), alpha) - F.conv2d(x, weight, padding=K//2)|, a random
-    K x K conv (3 -> 4 channels) on x [2, 3, 9, 11]. The handout's question 4 calls it at other alphas."""
-    def measure(yours) -> float:
-        weight, x = randn(4, 3, K, K, seed=5 + K), randn(2, 3, 9, 11, seed=6 + K)
-        centers, W = yours.conv_heads(weight)
-        return (yours.mhsa_conv(x, centers, W, alpha) - F.conv2d(x, weight, padding=K // 2)).abs().max().item()
+def conv_error(kernel: tuple, alpha: float = 40.0):
+    """max |prove.conv_to_attention(conv, alpha)(x) - conv(x)| in float64: a random conv (3 -> 4
+    channels, with bias) on x [2, 3, 9, 11], or a Conv1d for a kernel of one number."""
+    def measure() -> float:
+        torch.manual_seed(5 + sum(kernel))
+        one_d = len(kernel) == 1
+        conv = (nn.Conv1d if one_d else nn.Conv2d)(3, 4, kernel, padding=tuple(k // 2 for k in kernel)).double()
+        x = randn(2, 3, 11, seed=6) if one_d else randn(2, 3, 9, 11, seed=6)
+        reference = (F.conv1d if one_d else F.conv2d)(x, conv.weight, conv.bias, padding=conv.padding)
+        with torch.no_grad():
+            return (prove.conv_to_attention(conv, alpha)(x) - reference).abs().max().item()
     return measure
 
 
-def measured_off_center(alpha: float, n: int = 41, center: tuple = (1, -2)) -> float:
-    """1 - P[q, q + Delta] of attention.SelfAttention2d's quadratic head, n x n grid, central query."""
-    P = quadratic_layer((n, n), center, alpha).attention_probs()[0]  # [T, T]
-    q = (n // 2) * n + n // 2
-    return 1 - P[q, q + center[0] * n + center[1]].item()
+def softmax_off_center(alpha: float, n: int = 41, center: tuple = (1, -2)) -> float:
+    """1 - P[q, q + Delta] for eq. 15's softmax written out on an n x n grid, central query, float64."""
+    pos = torch.cartesian_prod(torch.arange(n), torch.arange(n)).double() - n // 2  # k - q, q central
+    logits = -alpha * ((pos - torch.tensor(center, dtype=torch.float64)) ** 2).sum(-1)
+    P = logits.softmax(0).view(n, n)
+    return 1 - P[n // 2 + center[0], n // 2 + center[1]].item()
 
 
 def items(run: str) -> list:
-    hint_conv = ("if the alpha-1 item passes, look at conv_heads: the kernel read without a flip "
-                 "(F.conv2d is a cross-correlation), W^(h) = weight[:, :, i, j].T, heads row-major")
+    hint_conv = ("if the 3x3 and 5x5 items pass and 3x5 fails, look for a kernel's rows and columns swapped; "
+                 "if all fail, check kernel_heads first: F.conv2d is a cross-correlation, it reads q + delta")
     checks = [
-        Item("quadratic_logits = eq. 9's v^T r_delta - alpha ||Delta||^2 (float64, written in the check)",
+        Item("attention.Quadratic.logits = eq. 9's v^T r_delta - alpha ||Delta||^2 (float64, written in the check)",
              eq9_error, 0.0, 1e-12,
-             "return -alpha * ||delta - center||^2, summed over the last axis (row, col); eq. 9's "
-             "v^T r_delta alone misses the constant -alpha ||Delta||^2; logits are <= 0"),
-        Item("softmax over keys of quadratic_logits(k - q) = attention.SelfAttention2d(quadratic)'s P, 7x9 grid",
-             softmax_error, 0.0, 1e-12,
-             "the check passes delta = key - query [T, T, 2]: center [2] must broadcast against delta [..., 2]"),
-        Item("conv_heads centers = prove.conv_to_attention's encoding.centers (5x5 kernel)",
+             "logits [heads, ...]: each head's center [2] must broadcast against delta [..., 2]; the logits are <= 0 "
+             "and largest where delta = Delta"),
+        Item("attention.SelfAttention2d.forward = eq. 12 written out, Gaussian heads, 5 x 7 grid, float64",
+             forward_error(content=False), 0.0, 1e-12,
+             "P_h X for every head, concatenated head by head (head h's dim columns h-th), then W_out; "
+             "tokens are pixels in row-major order, and P[h, q, k] sums over the keys k"),
+        Item("attention.SelfAttention2d.forward with content=True: P is [B, heads, T, T], one per image",
+             forward_error(content=True), 0.0, 1e-12,
+             "attention_probs(x) is [heads, T, T] for a position-only layer and [B, heads, T, T] with content: "
+             "handle both (expand the first to the batch)"),
+        Item("prove.kernel_heads: centers of a 3 x 5 kernel against its entries' shifts, row-major",
              heads_error("centers"), 0.0, 0.0,
-             "head i * K + j (row-major) is centred at (i - K//2, j - K//2) as (row, col), not flipped"),
-        Item("conv_heads W = prove.conv_to_attention's W_out.weight as [heads, C_in, C_out] (5x5, 3 -> 4)",
+             "head i * kw + j is centred at (i - kh//2, j - kw//2) as (row, col): no flip, F.conv2d reads q + delta"),
+        Item("prove.kernel_heads: W_out of a 3 x 5 kernel (2 -> 4 channels) against its entries one by one",
              heads_error("W"), 0.0, 0.0,
-             "W^(h) = weight[:, :, i, j] transposed to [C_in, C_out], heads in the centers' order"),
-        Item("mhsa_conv at alpha 1 = prove.conv_to_attention(conv, 1.0)(x), 3x3, float64",
-             layer_error, 0.0, 1e-12,
-             "pad x with K//2 rings of zero tokens first and take the softmax over every key of the padded "
-             "grid (last axis), delta = key - query; keep only the original pixels"),
-        Item("max |mhsa_conv - F.conv2d| at alpha 40, random 3x3 conv, float64",
-             conv_error(3), 1e-12, test="at most", hint=hint_conv),
-        Item("max |mhsa_conv - F.conv2d| at alpha 40, random 5x5 conv, float64",
-             conv_error(5), 1e-12, test="at most", hint=hint_conv),
+             "W_out[:, h * C_in + c] = weight[:, c, i, j] for head h = i * kw + j"),
     ]
+    for kernel in ((3, 3), (5, 5), (3, 5), (5,)):
+        checks.append(Item(f"max |prove.conv_to_attention(conv, 40)(x) - F.conv{len(kernel)}d| for a random "
+                           f"{' x '.join(map(str, kernel))} conv, float64", conv_error(kernel), 1e-12,
+                           test="at most", hint=hint_conv))
     for alpha in (0.5, 2.0, 10.0):
         checks.append(Item(
-            f"off_center_mass({alpha:g}) = 1 - P[q, q + Delta] of attention's quadratic head, 41x41, central query",
-            lambda yours, a=alpha: yours.off_center_mass(a), measured_off_center(alpha), 1e-12,
-            "theta sums exp(-alpha n^2) over every integer n, negative ones too, until the terms are "
-            "negligible (alpha 0.5 needs |n| up to about 9); two axes: 1 - 1 / theta^2"))
+            f"prove.off_center_mass({alpha:g}) = 1 - P[q, q + Delta] of eq. 15's softmax on a 41 x 41 grid",
+            lambda a=alpha: prove.off_center_mass(a), softmax_off_center(alpha), 1e-12,
+            "sum exp(-alpha n^2) over every integer n, negative ones too, until the terms are negligible "
+            "(alpha 0.5 needs |n| up to about 9); the grid has two axes"))
+    checks.append(Item("prove.off_center_mass(40) against its leading term 4 exp(-40) = 1.7e-17 (relative error)",
+                       lambda: prove.off_center_mass(40.0) / (4 * math.exp(-40)) - 1, 0.0, 1e-9,
+                       "1 - 1 / theta^2 rounds to 0 in float64 where the mass is below 1e-16: compute the mass off "
+                       "the center directly, from the terms with n != 0"))
     return checks
+
+
+# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
+MISTAKES = {
+    "logits' sign flipped": ("attention.py", "return -self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)",
+                             "return self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)"),
+    "center added, not subtracted": ("attention.py",
+                                     "d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)\n"
+                                     "        return -self.alpha",
+                                     "d = delta[None] + self.centers.view(-1, *[1] * (delta.dim() - 1), 2)\n"
+                                     "        return -self.alpha"),
+    "P transposed in forward": ("attention.py", 'torch.einsum("bhqk,bkd->bqhd"', 'torch.einsum("bhkq,bkd->bqhd"'),
+    "heads interleaved in the concatenation": ("attention.py", 'torch.einsum("bhqk,bkd->bqhd"',
+                                               'torch.einsum("bhqk,bkd->bqdh"'),
+    "the kernel flipped": ("prove.py", "rows = torch.arange(kh, device=weight.device) - kh // 2",
+                           "rows = kh // 2 - torch.arange(kh, device=weight.device)"),
+    "kernel rows and columns swapped": ("prove.py", "centers = torch.cartesian_prod(rows, cols)",
+                                        "centers = torch.cartesian_prod(cols, rows)"),
+    "W^(h) blocks in the wrong order": ("prove.py", ".permute(0, 2, 1).reshape(C_out, -1)", ".reshape(C_out, -1)"),
+    "theta over n >= 0 only": ("prove.py", "off = 4 * tail + 4 * tail * tail", "off = 2 * tail + tail * tail"),
+    "one axis only": ("prove.py", "off = 4 * tail + 4 * tail * tail", "off = 2 * tail"),
+    "1 - 1 / theta^2 in float64": ("prove.py", "return off / (1 + off)", "return 1 - 1 / (1 + off)"),
+}

@@ -1,12 +1,16 @@
-"""The students' copy of the project: everything a course hands out, without exercises/solutions/.
+"""The students' copy: the project with each day's functions emptied where they live, and no answer.
 
     python -m exercises.students_copy DEST       # from the project's root; DEST must not exist yet
-    cd DEST && python -m pytest -q exercises     # the week's suite passes there, skipping what needs the solutions
+    cd DEST && python -m exercises.check 1       # every item FAILs as "not written"
+    cd DEST && python -m pytest -q               # passes: a test that reaches an unwritten function is skipped
 
-It copies the project's files as they are in this folder, leaving out exercises/solutions/,
-version control (.git), caches, `runs/` and `data/` (train.py downloads CIFAR-10 into `data/`).
-It refuses when a stub in exercises/dayN_*.py is already written: a students' copy starts from
-the untouched stubs.
+Each day's functions (WRITE and STRETCH in exercises/dayN_check.py, by file) keep their name,
+signature and docstring. Their body becomes `raise NotImplementedError("day N: exercises/dayN_....md")`,
+so `python prove.py` and `python train.py` run the student's code once it is written.
+The copy leaves out the answers (exercises/answers/, with the instructors' page, and lab/RESULTS.md),
+version control, caches, `runs/` and `data/`. The committed runs under lab/results/ stay: they are data.
+
+`scratch_copy` and `plant` serve the tests: a copy with one mistake planted in the library.
 """
 import argparse
 import ast
@@ -19,44 +23,110 @@ from exercises.check import DAYS, day_checks
 ROOT = Path(__file__).resolve().parent.parent
 LEFT_OUT_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".whl"}
 LEFT_OUT_AT_ROOT = {"runs", "data"}
+ANSWERS = ("exercises/answers", "lab/RESULTS.md")  # what only an instructor reads
 
 
-def is_docstring(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+def holes(day: int) -> dict:
+    """{file: (qualified names)} of the day's functions, its stretch goals included."""
+    checks = day_checks(day)
+    found = {}
+    for part in (checks.WRITE, checks.STRETCH):
+        for file, names in part.items():
+            found[file] = found.get(file, ()) + tuple(names)
+    return found
 
 
-def written_stubs(root: Path = ROOT) -> list:
-    """The functions of exercises/dayN_*.py whose body is more than a docstring and `raise NotImplementedError`."""
-    written = []
-    for day, name in DAYS.items():
-        checks = day_checks(day)
-        path = root / "exercises" / f"{name}.py"
-        tree = ast.parse(path.read_text())
-        bodies = {node.name: node.body for node in tree.body if isinstance(node, ast.FunctionDef)}
-        for function in (*checks.WRITE, *checks.STRETCH):
-            body = [s for s in bodies.get(function, []) if not is_docstring(s)]
-            untouched = (len(body) == 1 and isinstance(body[0], ast.Raise)
-                         and "NotImplementedError" in ast.unparse(body[0]))
-            if not untouched:
-                written.append(f"exercises/{name}.py: {function}")
-    return written
+def unwritten_message(day: int) -> str:
+    return f"day {day}: exercises/{DAYS[day]}.md"
 
 
-def copy_tree(root: Path, dest: Path) -> int:
-    """Copy the project at `root` to `dest` (which must not exist) without the solutions; returns the files copied."""
+def functions(tree: ast.Module) -> dict:
+    """{qualified name: def node} of a module's functions and its classes' methods."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = node
+        if isinstance(node, ast.ClassDef):
+            found |= {f"{node.name}.{f.name}": f for f in node.body if isinstance(f, ast.FunctionDef)}
+    return found
+
+
+def empty(source: str, names, message: str) -> str:
+    """`source` with each named function's body, below its docstring, one `raise NotImplementedError(message)`."""
+    lines = source.splitlines(keepends=True)
+    found = functions(ast.parse(source))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"no function {', '.join(missing)} to empty")
+    for node in sorted((found[n] for n in names), key=lambda f: f.lineno, reverse=True):
+        body = node.body
+        first = body[1] if ast.get_docstring(node) is not None else body[0]
+        indent = " " * first.col_offset
+        lines[first.lineno - 1:node.end_lineno] = [f"{indent}raise NotImplementedError({message!r})\n"]
+    return "".join(lines)
+
+
+def is_empty(node: ast.FunctionDef) -> bool:
+    """Whether a function's body is a docstring and one `raise NotImplementedError("day N: ...")`."""
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    return (len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call)
+            and getattr(body[0].exc.func, "id", "") == "NotImplementedError"
+            and "day " in ast.unparse(body[0].exc))
+
+
+def unwritten(root: Path = ROOT) -> list:
+    """The day's functions still empty in the tree at `root`: [(day, file, name)]."""
+    found = []
+    for day in DAYS:
+        for file, names in holes(day).items():
+            path = root / file
+            defs = functions(ast.parse(path.read_text())) if path.exists() else {}
+            found += [(day, file, n) for n in names if n in defs and is_empty(defs[n])]
+    return found
+
+
+def copy_tree(dest: Path, root: Path = ROOT, answers: bool = False) -> int:
+    """Copy the project at `root` to `dest` (which must not exist); returns the files copied.
+    Without `answers`, the instructors' files stay behind."""
     root = Path(root).resolve()
+    answer_paths = set() if answers else {root / a for a in ANSWERS}
 
-    def left_out(folder: str, names: list) -> set:  # shutil.copytree's ignore: what a students' copy does not hold
+    def left_out(folder: str, names: list) -> set:  # shutil.copytree's ignore
         here = Path(folder).resolve()
-        out = {n for n in names if n in LEFT_OUT_ANYWHERE or n.endswith(".tmp")}
-        if here == root:
-            out |= {n for n in names if n in LEFT_OUT_AT_ROOT}
-        if here == root / "exercises":
-            out.add("solutions")
-        return out
+        out = {n for n in names if n in LEFT_OUT_ANYWHERE or n.endswith(".tmp") or here / n in answer_paths}
+        return out | ({n for n in names if n in LEFT_OUT_AT_ROOT} if here == root else set())
 
     shutil.copytree(root, dest, ignore=left_out, symlinks=True)
     return sum(1 for p in Path(dest).rglob("*") if p.is_file())
+
+
+def students_copy(dest: Path, root: Path = ROOT) -> int:
+    """The project without its answers, every day's functions emptied; returns the files copied."""
+    files = copy_tree(dest, root)
+    for day in DAYS:
+        for file, names in holes(day).items():
+            path = Path(dest) / file
+            path.write_text(empty(path.read_text(), names, unwritten_message(day)))
+    return files
+
+
+def scratch_copy(dest: Path, root: Path = ROOT) -> Path:
+    """A copy of the project to plant mistakes in: everything the tests read, the answers too;
+    `data/` is linked, not copied."""
+    copy_tree(dest, root, answers=True)
+    if (root / "data").exists():
+        (Path(dest) / "data").symlink_to((root / "data").resolve())
+    return Path(dest)
+
+
+def plant(root: Path, file: str, old: str, new: str):
+    """Replace the one occurrence of `old` in root/file by `new` (a planted mistake). A ValueError
+    when `old` is not there exactly once: the library changed, or its function is unwritten."""
+    path = Path(root) / file
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise ValueError(f"{file} holds {text.count(old)} copies of {old!r}, not one")
+    path.write_text(text.replace(old, new))
 
 
 def main(argv=None) -> int:
@@ -71,14 +141,9 @@ def main(argv=None) -> int:
     if dest.is_relative_to(ROOT):
         print(f"{dest} is inside the project: give a folder outside {ROOT}")
         return 1
-    written = written_stubs()
-    if written:
-        print("these stubs are written, so the copy would hand out answers: " + ", ".join(written))
-        print("restore the untouched stubs first (for instance from a fresh clone)")
-        return 1
-    files = copy_tree(ROOT, dest)
-    print(f"wrote {dest}: {files} files, without exercises/solutions/, runs/ and data/")
-    print(f"check it: cd {dest} && python -m pytest -q exercises")
+    files = students_copy(dest)
+    print(f"wrote {dest}: {files} files, each day's functions emptied, without the answers, runs/ and data/")
+    print(f"check it: cd {dest} && python -m exercises.check 1")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The per-seed tables of day 3's answers, from the committed runs of day 3's command.
 
-    python -m exercises.solutions.day3_runs      # from the project's root; every lab/results/course/train-*-s*
+    python -m exercises.answers.day3_runs      # from the project's root; every lab/results/course/train-*-s*
 
 Each row is one run: its precision and seed, then layer 1's and layer 2's measures at step 0 and at
 the run's last logged step (steps.jsonl), and the final test accuracy (metrics.jsonl's last line).
