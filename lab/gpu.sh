@@ -15,8 +15,10 @@
 # the run is stopped with SIGINT and saves at a batch boundary. A later call (OUT holds the
 # checkpoint) continues it with --resume, for as long again. Each call appends what it did, with
 # times, to OUT/gpu.log, and the run's output to OUT/width400.log. The flags go to the bench and to
-# train.py; the tests shrink the run with them.
+# train.py; the tests shrink the run with them. PYTHON names the interpreter (python3 when unset): a
+# caller whose interpreter is not first on PATH (a venv not activated) passes its own.
 set -uo pipefail
+python=${PYTHON:-python3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 data=$(realpath -m "$1")  # the caller's paths, before moving to the project's root
 out=$(realpath -m "$2")
@@ -32,12 +34,12 @@ if [ -e "$run/checkpoint.pt" ]; then
     args=(--resume "$run")
 else
     flags=(--encoding quadratic --seed 0 --data-dir "$data" --eval-every 5 --log-every 500 "$@")
-    if [ ! -e "$out/modes.json" ] && ! python3 -m lab.lease --modes "${GPU_MODES:-eager,default,reduce-overhead}" --steps "${GPU_STEPS:-40}" \
+    if [ ! -e "$out/modes.json" ] && ! "$python" -m lab.lease --modes "${GPU_MODES:-eager,default,reduce-overhead}" --steps "${GPU_STEPS:-40}" \
             --train-flags "${flags[*]@Q}" --json "$out/modes.json" > "$out/modes.txt" 2>&1; then
         say "bench failed (OUT/modes.txt); nothing trained"
         exit 1
     fi
-    read -r mode epoch_s < <(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+    read -r mode epoch_s < <("$python" -c 'import json, sys; r = json.load(open(sys.argv[1]))
 print(r["fastest"], r["fastest_epoch_s"])' "$out/modes.json")
     epochs=$(awk -v b="$budget" -v e="$epoch_s" 'BEGIN { print int(b / (1.05 * e)) }')
     say "fastest mode that agrees: $mode, $epoch_s s an epoch of training steps; $budget s hold $epochs epochs"
@@ -51,6 +53,6 @@ if (( left <= 0 )); then
     say "no time left in this call to train; the same command trains"
     exit 0
 fi
-say "training for at most $left s: python3 train.py ${args[*]}"
-timeout --preserve-status -s INT -k 60 "$left" python3 train.py "${args[@]}" >> "$out/width400.log" 2>&1
+say "training for at most $left s: $python train.py ${args[*]}"
+timeout --preserve-status -s INT -k 60 "$left" "$python" train.py "${args[@]}" >> "$out/width400.log" 2>&1
 say "train.py: exit $? (0: finished; 130: stopped at the call's limit and saved, continued by the same command)"

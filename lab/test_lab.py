@@ -41,7 +41,7 @@ TINY = ["--dataset", "synthetic", "--subset", "1000", "--layers", "1", "--dim", 
 def gpu_command(out: Path, seconds: int, call_seconds: int) -> subprocess.CompletedProcess:
     """lab/gpu.sh on this CPU: the tiny model on the synthetic set, eager and CUDA graphs (refused here)."""
     return subprocess.run(["bash", "lab/gpu.sh", "unused", str(out), str(seconds), *TINY], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1", GPU_STEPS="10",
+                          text=True, cwd=ROOT, timeout=600, env=dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", GPU_STEPS="10",
                                                                      GPU_MODES="eager,reduce-overhead",
                                                                      GPU_CALL_SECONDS=str(call_seconds)))
 
