@@ -19,9 +19,9 @@ kept. Without this, a border head would attend to the nearest pixel inside the i
 Also the 1-D case (remark after Theorem 1): K heads on a one-row grid. There the 2-D encoding
 r_delta = (delta^2, 0, delta) has two live coordinates (D_p = 2). And learnability, ours and
 not the paper's: gradient descent fits a 9-head layer to a random 3 x 3 convolution.
-The heads' centers move toward the 3 x 3 shifts. After 1,000 steps they end 0.3-0.7 px from
-their nearest shifts, 8 of the 9. Below the `# ----` line: the converse, the figure and the
-command line.
+The heads' centers move toward the 3 x 3 shifts. After 1,000 steps each ends 0.3-0.7 px from
+its nearest shift, and those nearest shifts are 8 distinct shifts of the 9. Below the `# ----`
+line: the converse, the figure and the command line.
 """
 import math
 from dataclasses import dataclass

@@ -14,6 +14,7 @@ version control, caches, `runs/` and `data/`. The committed runs under lab/resul
 """
 import argparse
 import ast
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -62,27 +63,32 @@ def empty(source: str, names, message: str) -> str:
         body = node.body
         first = body[1] if ast.get_docstring(node) is not None else body[0]
         indent = " " * first.col_offset
-        lines[first.lineno - 1:node.end_lineno] = [f"{indent}raise NotImplementedError({message!r})\n"]
+        lines[first.lineno - 1:node.end_lineno] = [f'{indent}raise NotImplementedError("{message}")\n']
     return "".join(lines)
 
 
-def is_empty(node: ast.FunctionDef) -> bool:
-    """Whether a function's body is a docstring and one `raise NotImplementedError("day N: ...")`."""
+def empty_day(node: ast.FunctionDef):
+    """The day N of a function whose body is a docstring and one `raise NotImplementedError("day N: ...")`, else None."""
     body = node.body[1:] if ast.get_docstring(node) is not None else node.body
-    return (len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call)
-            and getattr(body[0].exc.func, "id", "") == "NotImplementedError"
-            and "day " in ast.unparse(body[0].exc))
+    if len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call) \
+            and getattr(body[0].exc.func, "id", "") == "NotImplementedError":
+        found = re.match(r"day (\d):", str(getattr(next(iter(body[0].exc.args), None), "value", "")))
+        return found and int(found.group(1))
+    return None
 
 
 def unwritten(root: Path = ROOT) -> list:
-    """The day's functions still empty in the tree at `root`: [(day, file, name)]."""
+    """The week's functions still empty in the tree at `root`: [(day, file, name)]. Read from the
+    library's files, not from the checks, so a file that does not parse yet only leaves out its own."""
     found = []
-    for day in DAYS:
-        for file, names in holes(day).items():
-            path = root / file
-            defs = functions(ast.parse(path.read_text())) if path.exists() else {}
-            found += [(day, file, n) for n in names if n in defs and is_empty(defs[n])]
-    return found
+    for path in sorted(Path(root).glob("*.py")) + sorted(Path(root).glob("lab/*.py")):
+        try:
+            defs = functions(ast.parse(path.read_text()))
+        except SyntaxError:
+            continue
+        found += [(empty_day(node), path.relative_to(root).as_posix(), name) for name, node in defs.items()
+                  if empty_day(node)]
+    return sorted(found)
 
 
 def copy_tree(dest: Path, root: Path = ROOT, answers: bool = False) -> int:
@@ -100,10 +106,10 @@ def copy_tree(dest: Path, root: Path = ROOT, answers: bool = False) -> int:
     return sum(1 for p in Path(dest).rglob("*") if p.is_file())
 
 
-def students_copy(dest: Path, root: Path = ROOT) -> int:
-    """The project without its answers, every day's functions emptied; returns the files copied."""
+def students_copy(dest: Path, root: Path = ROOT, days=DAYS) -> int:
+    """The project without its answers, the functions of `days` (every day's) emptied; returns the files copied."""
     files = copy_tree(dest, root)
-    for day in DAYS:
+    for day in days:
         for file, names in holes(day).items():
             path = Path(dest) / file
             path.write_text(empty(path.read_text(), names, unwritten_message(day)))

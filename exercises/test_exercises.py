@@ -1,350 +1,182 @@
-"""The week's checks, checked. `python -m pytest -q exercises` passes on a student's copy at every
-stage: untouched stubs, half done, all done, and with or without exercises/solutions/.
+"""The week's checks, checked. The student writes the library's own functions, where they live;
+a students' copy (`python -m exercises.students_copy DEST`) empties them and holds no answer.
 
-- Every item fails on the stubs as they ship. The suite builds those stubs itself
-  (`check.unwritten`), so a student's filled-in files never stand in for them.
-- Every item passes on the reference solutions, and an unwritten stretch goal never fails a day.
-- Each check catches the plausible mistakes in MISTAKES.
-- No handout names a file that the copy lacks.
-What needs the solutions is skipped in a students' copy (`python -m exercises.students_copy DEST`).
+- In the project, which is the solution, every item of every day passes, and no test of the suite
+  is skipped as unwritten.
+- In a students' copy every required item FAILs as "not written" and every stretch item SKIPs;
+  with day 1 written, day 1 passes and the tests that reach day 2's functions are skipped.
+- Each check catches the plausible mistakes of its day's MISTAKES, planted in a copy of the library.
+- A check's own crash is an ERROR, never the student's FAIL.
+- The copy holds no answer's number; no handout names a file the copy lacks, or the answers.
+What needs the project's own functions (written as the project writes them) skips in a students' copy.
 """
-import ast
-import functools
 import glob
-import importlib
-import importlib.util
 import json
-import math
 import re
-import statistics
-import types
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
-from scipy import stats
 
-from exercises.check import DAYS, check, day_checks, evaluate, unwritten
+import attention
+from exercises.check import DAYS, Item, check, day_checks, evaluate
+from exercises.students_copy import ANSWERS, holes, plant, scratch_copy, students_copy, unwritten
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
+IN_PROJECT = (ROOT / "exercises/answers").is_dir()  # a students' copy has no answers
 # Day 3's run items read a training run: the committed fp32 run of day 3's command, seed 0.
 RUN = ROOT / "lab/results/course/train-fp32-s0"
 
 
 def run_for(day: int) -> str:
-    if day != 3:
-        return ""
-    if not (RUN / "checkpoint.pt").exists():
-        pytest.skip(f"{RUN} is not in this copy")
-    return str(RUN)
+    return str(RUN) if day == 3 and (RUN / "checkpoint.pt").exists() else ""
 
 
-def solutions(day: int):
-    """The day's reference solutions; the test is skipped in a students' copy, which has none."""
-    return pytest.importorskip("exercises.solutions." + DAYS[day],
-                               reason="exercises/solutions/ is not in this copy (a students' copy)")
+def needs_written(day: int):
+    """Skip when the day's functions are not written in this tree (a students' copy)."""
+    left = [f"{file}: {name}" for d, file, name in unwritten(ROOT) if d == day]
+    if left:
+        pytest.skip(f"not written yet: day {day}: {', '.join(left)}")
 
 
-@functools.cache
-def items(day: int) -> list:
-    return day_checks(day).items(run_for(day))
+def check_in(root: Path, day: int, *args) -> subprocess.CompletedProcess:
+    """`python -m exercises.check DAY` run in another tree: its library, its checks."""
+    return subprocess.run([sys.executable, "-m", "exercises.check", str(day), *args], cwd=root, capture_output=True,
+                          text=True, timeout=300)
 
 
-def statuses(day: int, yours) -> list:
-    return [(item, evaluate(item, yours)[0]) for item in items(day)]
-
-
-def functions_in(path: Path) -> dict:
-    """{name: parameter names} of the top-level functions of a file, read without running it."""
-    tree = ast.parse(path.read_text())
-    return {node.name: [a.arg for a in node.args.args] for node in tree.body if isinstance(node, ast.FunctionDef)}
+def statuses(output: str) -> list:
+    return re.findall(r"^(PASS|FAIL|SKIP|ERROR) ", output, flags=re.M)
 
 
 @pytest.mark.parametrize("day", sorted(DAYS))
-def test_the_students_file_defines_what_its_check_calls(day):
-    """The stubs the suite builds stand for the student's file: the same functions, the same parameters."""
-    checks = day_checks(day)
-    try:
-        found = functions_in(HERE / f"{DAYS[day]}.py")
-    except SyntaxError as e:  # a student's file mid-edit: the check command, not the suite, reports on it
-        pytest.skip(f"exercises/{DAYS[day]}.py does not parse yet: {e}")
-    missing = [name for name in (*checks.WRITE, *checks.STRETCH) if name not in found]
-    assert not missing, f"exercises/{DAYS[day]}.py lacks {missing}"
-    if importlib.util.find_spec("exercises.solutions") is not None:
-        reference = functions_in(HERE / "solutions" / f"{DAYS[day]}.py")
-        for name in (*checks.WRITE, *checks.STRETCH):
-            assert found[name] == reference[name], (name, found[name], reference[name])
-
-
-@pytest.mark.parametrize("day", sorted(DAYS))
-def test_every_item_fails_on_the_stubs(day):
-    """The stubs as they ship: a day's items FAIL, its stretch goal's items SKIP, none passes."""
-    results = statuses(day, unwritten(day))
-    assert results
-    assert all(status == ("SKIP" if item.stretch else "FAIL") for item, status in results), \
-        [(item.name, status) for item, status in results]
-    assert any(item.stretch for item, _ in results) == bool(day_checks(day).STRETCH)
-
-
-@pytest.mark.parametrize("day", sorted(DAYS))
-def test_every_item_passes_on_the_solutions(day):
-    results = check(day, run=run_for(day), yours=solutions(day))
+def test_every_item_passes_on_the_library(day):
+    needs_written(day)
+    results = check(day, run=run_for(day))
     assert results and all(status == "PASS" for status, _ in results), \
         "\n".join(line for status, line in results if status != "PASS")
 
 
-@pytest.mark.parametrize("day", [day for day in sorted(DAYS) if day_checks(day).STRETCH])
-def test_an_unwritten_stretch_goal_never_fails_the_day(day):
-    """The solutions with the stretch goal's functions left as stubs: every item passes or SKIPs."""
-    stubs = unwritten(day)
-    half = types.SimpleNamespace(**(vars(solutions(day)) | {n: getattr(stubs, n) for n in day_checks(day).STRETCH}))
-    results = statuses(day, half)
-    assert all(status == ("SKIP" if item.stretch else "PASS") for item, status in results), \
-        [(item.name, status) for item, status in results if status != "PASS"]
+def test_the_project_has_every_function_written():
+    """No test of the project's suite is skipped as unwritten: the plugin finds nothing to skip."""
+    if not IN_PROJECT:
+        pytest.skip("a students' copy: its functions are the student's to write")
+    assert unwritten(ROOT) == []
 
 
-# Plausible mistakes, written out where they cannot be one wrapper around the solution.
-def space_to_depth_hw_swapped(images):
-    B, C, H, W = images.shape
-    x = images.reshape(B, C, W // 2, 2, H // 2, 2)  # H and W swapped: right only when H == W
-    return x.permute(0, 2, 4, 3, 5, 1).reshape(B, H // 2, W // 2, 4 * C)
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    if not IN_PROJECT:
+        pytest.skip("a students' copy makes no copy of itself")
+    dest = Path(tmp_path_factory.mktemp("course")) / "copy"
+    students_copy(dest)
+    return dest
 
 
-def space_to_depth_colors_outer(images):
-    blocks = [images[:, :, di::2, dj::2] for di in (0, 1) for dj in (0, 1)]  # 4 x [B, C, H/2, W/2]
-    return torch.stack(blocks, dim=2).flatten(1, 2).permute(0, 2, 3, 1)  # channel c * 4 + pixel
+@pytest.mark.parametrize("day", sorted(DAYS))
+def test_a_students_copy_fails_every_item_as_not_written(copy, day):
+    result = check_in(copy, day, *(["--run", str(RUN)] if run_for(day) else []))
+    found = statuses(result.stdout)
+    items = day_checks(day).items(run_for(day))
+    assert result.returncode == 1 and len(found) == len(items), result.stdout + result.stderr
+    for item, status, line in zip(items, found, re.findall(r"^(?:PASS|FAIL|SKIP|ERROR) .*", result.stdout, re.M)):
+        expected = "SKIP" if item.stretch else "FAIL"
+        assert status == expected and ("not written" in line or item.stretch), line
 
 
-def mhsa_conv_wrong(softmax_axis=-1, pad=True):
-    def mhsa_conv(x, centers, W, alpha):
-        rows, cols = x.shape[2:]
-        p = math.isqrt(len(centers)) // 2 if pad else 0
-        keys = F.pad(x, (p, p, p, p))
-        B, _, Hp, Wp = keys.shape
-        pos = torch.cartesian_prod(torch.arange(Hp), torch.arange(Wp)).to(x)
-        delta = pos[None, :] - pos[:, None]
-        logits = torch.stack([-alpha * ((delta - c) ** 2).sum(-1) for c in centers])  # [heads, T, T]
-        P = logits.softmax(softmax_axis)
-        y = torch.einsum("hqk,bki,hio->boq", P, keys.flatten(2).transpose(1, 2), W)
-        return y.view(B, -1, Hp, Wp)[:, :, p:p + rows, p:p + cols]
-    return mhsa_conv
+def test_a_students_copy_holds_the_functions_empty_and_no_answer(copy):
+    assert not (copy / ".git").exists() and all(not (copy / a).exists() for a in ANSWERS)
+    assert {(d, f, n) for d, f, n in unwritten(copy)} == {(d, f, n) for d in DAYS for f, names in holes(d).items()
+                                                        for n in names}
+    body = (copy / "attention.py").read_text()
+    assert 'raise NotImplementedError("day 1: exercises/day1_theorem.md")' in body
+    assert "sqrt_2alpha**2 / 2" in body  # what no day writes is still there
 
 
-def separable_probs_wrong(layout_ok=True, subtract_max=True):
-    def separable_probs(centers, alpha, H, W):
-        def axis_probs(n, axis):
-            pos = torch.arange(n, dtype=centers.dtype)
-            logits = -alpha[:, None, None] * (pos[None, :] - pos[:, None] - centers[:, axis, None, None]) ** 2
-            if subtract_max:
-                return logits.softmax(-1)
-            return logits.exp() / logits.exp().sum(-1, keepdim=True)  # 0 / 0 once every exp underflows
-        pattern = "hac,hbd->habcd" if layout_ok else "hac,hbd->hacbd"
-        return torch.einsum(pattern, axis_probs(H, 0), axis_probs(W, 1)).reshape(len(centers), H * W, H * W)
-    return separable_probs
+def answer_numbers() -> set:
+    """The numbers the answers give that no other file of the project states: intervals, signed
+    differences, p-values and four-digit accuracies."""
+    found = set()
+    for page in (ROOT / "exercises/answers").glob("*.md"):
+        text = page.read_text()
+        found |= set(re.findall(r"\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", text))  # [-0.003, +0.011]
+        found |= set(re.findall(r"(?<![\w.])[-+]\d+\.\d{3,}(?!\d)", text))  # +0.004
+        found |= {f"p = {p}" for p in re.findall(r"p = (\d\.\d+)", text)}
+        found |= set(re.findall(r"(?<![\w.])0\.\d{4}(?!\d)", text))  # 0.4249
+    return found
 
 
-def largest_smallest(inv_cov):
-    smallest, largest = torch.linalg.eigvalsh(inv_cov.double()).unbind(-1)
-    return largest, smallest
+def test_no_answer_is_found_in_a_students_copy(copy):
+    numbers = answer_numbers()
+    assert len(numbers) > 20  # the answers hold numbers to look for
+    found = []
+    for path in copy.rglob("*"):
+        if path.suffix in (".md", ".py", ".txt", ".sh", ".ini") and "lab/results" not in path.as_posix():
+            text = path.read_text()
+            found += [f"{path.relative_to(copy)}: {n}" for n in numbers if n in text]
+    assert not found, found
 
 
-def degenerate_wrong(eigenvalue_at_threshold=False, condition_at_threshold=False, smallest_judged=False,
-                     diagonal=False, singular_kept=False, fixed_condition=False):
-    def degenerate(inv_cov, eigenvalue_below=1e-5, condition_above=1e5):
-        if diagonal:
-            values = inv_cov.double().diagonal(dim1=-2, dim2=-1)
-            largest, smallest = values.max(-1).values, values.min(-1).values
-        else:
-            largest, smallest = largest_smallest(inv_cov)
-        condition_above = 1e5 if fixed_condition else condition_above
-        judged = smallest if smallest_judged else largest
-        small = judged <= eigenvalue_below if eigenvalue_at_threshold else judged < eigenvalue_below
-        condition = largest / smallest
-        thin = condition >= condition_above if condition_at_threshold else condition > condition_above
-        return small | thin | (torch.zeros_like(small) if singular_kept else smallest <= 0)
-    return degenerate
+def test_a_copy_with_day_1_written_passes_day_1_and_skips_what_day_2_writes(tmp_path):
+    if not IN_PROJECT:
+        pytest.skip("a students' copy makes no copy of itself")
+    students_copy(tmp_path / "half", days=[2, 3, 4, 5])
+    one, two = check_in(tmp_path / "half", 1), check_in(tmp_path / "half", 2)
+    assert one.returncode == 0 and set(statuses(one.stdout)) == {"PASS"}, one.stdout
+    assert two.returncode == 1 and "not written yet (day 2: exercises/day2_network.md)" in two.stdout
+    tests = ["test_all.py::test_theorem_error_falls_like_exp_minus_alpha", "test_all.py::test_space_to_depth_is_a_permutation"]
+    suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *tests],
+                           cwd=tmp_path / "half", capture_output=True, text=True, timeout=300)
+    assert suite.returncode == 0 and "1 passed, 1 skipped" in suite.stdout, suite.stdout + suite.stderr
+    assert "not written yet: day 2: exercises/day2_network.md" in suite.stdout
 
 
-def unrounded_omega(n, dim):  # 10000^(-i/dim) for i = 0, 1, ... instead of 10000^(-2i/dim)
-    angle = torch.arange(-(n - 1), n, dtype=torch.float32)[:, None] * 10000 ** (-torch.arange(dim // 2) / dim)
-    return torch.cat([angle.sin(), angle.cos()], dim=1)
+def test_a_checks_own_crash_is_an_error_and_a_crash_in_the_library_a_fail():
+    def broken_reference():
+        return [][0]  # the check's own code fails here
+
+    def library_fails():
+        return attention.check_grid(None)  # attention.py raises: the student's code, as the check sees it
+
+    assert evaluate(Item("check", broken_reference, 0.0))[0] == "ERROR"
+    assert evaluate(Item("library", library_fails, 0.0))[0] == "FAIL"
+    assert evaluate(Item("unwritten", lambda: (_ for _ in ()).throw(NotImplementedError("day 1: x.md")), 0.0))[0] \
+        == "FAIL"
 
 
-def sinusoids_wrong(interleaved=False, from_zero=False, last_sine_dropped=False):
-    def sinusoidal_table(n, dim):
-        shift = torch.arange(0 if from_zero else -(n - 1), n if not from_zero else 2 * n - 1, dtype=torch.float32)
-        angle = shift[:, None] * 10000 ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-        if interleaved:
-            return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)[:, :dim]
-        sines = angle.sin()[:, :dim // 2] if last_sine_dropped else angle.sin()
-        return torch.cat([sines, angle.cos()], dim=1)[:, :dim]
-    return sinusoidal_table
+def test_a_library_file_that_does_not_parse_fails_the_day_in_one_line(tmp_path):
+    if not IN_PROJECT:
+        pytest.skip("a students' copy makes no copy of itself")
+    root = scratch_copy(tmp_path / "copy")
+    plant(root, "prove.py", "def kernel_heads(", "def kernel_heads(:")
+    result = check_in(root, 1)
+    assert result.returncode == 1 and result.stdout.startswith("FAIL  prove.py does not parse"), result.stdout
 
 
-def welch_wrong(pooled_df=False, population_variance=False, one_sided=False, normal_quantile=False):
-    def welch_interval(a, b):
-        variance = statistics.pvariance if population_variance else statistics.variance
-        v_a, v_b = variance(a) / len(a), variance(b) / len(b)
-        se = math.sqrt(v_a + v_b)
-        df = len(a) + len(b) - 2 if pooled_df else (v_a + v_b) ** 2 / (v_a**2 / (len(a) - 1) + v_b**2 / (len(b) - 1))
-        difference = statistics.fmean(a) - statistics.fmean(b)
-        half = (1.96 if normal_quantile else stats.t.ppf(0.975, df)) * se
-        p = (1 if one_sided else 2) * stats.t.sf(abs(difference) / se, df)
-        return dict(difference=difference, low=difference - half, high=difference + half, df=df, p=float(p))
-    return welch_interval
+MISTAKES = [(day, name) for day in sorted(DAYS) for name in day_checks(day).MISTAKES]
 
 
-def warmup_cosine_wrong(from_zero=False, cosine_over_all=False):
-    def warmup_cosine(step, total_steps, warmup=0.05):
-        w = max(1, round(warmup * total_steps))
-        if step < w:
-            return step / w if from_zero else (step + 1) / w
-        span = total_steps if cosine_over_all else total_steps - w
-        return 0.5 * (1 + math.cos(math.pi * min(1, (step - w) / span)))
-    return warmup_cosine
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    if not IN_PROJECT:
+        pytest.skip("a students' copy: the mistakes are planted in the project's own functions")
+    return scratch_copy(Path(tmp_path_factory.mktemp("mistakes")) / "copy")
 
 
-def smallest_eigenvalue_rule(inv_cov, eigenvalue_below=1e-5, condition_above=1e5):
-    return degenerate_wrong(smallest_judged=True)(inv_cov, eigenvalue_below, condition_above)
-
-
-def flops(change):
-    """paper_flops of the solutions, then `change(flops, dim, ffn_dim, heads, layers, tokens)`."""
-    return lambda s: dict(paper_flops=lambda dim=400, ffn_dim=512, heads=9, layers=6, tokens=256:
-                          change(s.paper_flops(dim, ffn_dim, heads, layers, tokens),
-                                 dim, ffn_dim, heads, layers, tokens))
-
-
-def parameters(change):
-    """network_parameters of the solutions, then `change(count, encoding, layers, dim)`."""
-    return lambda s: dict(network_parameters=lambda e, layers=6, heads=9, dim=400, ffn_dim=512:
-                          change(s.network_parameters(e, layers, heads, dim, ffn_dim), e, layers, dim))
-
-
-def pruned(change):
-    """parameters_after_pruning of the solutions with `change(solution, p, before, after, dim, per_head)`."""
-    return lambda s: dict(parameters_after_pruning=lambda p, before, after, dim, per_head=3:
-                          change(s.parameters_after_pruning, p, before, after, dim, per_head))
-
-
-# A mistake a student plausibly makes, as the solutions with one function replaced (solutions -> {name: function}),
-# and the items (by the start of their names) that must catch it.
-MISTAKES = {
-    # day 1
-    "q - k for k - q": (1, "softmax over keys of quadratic_logits", lambda s: dict(
-        quadratic_logits=lambda delta, center, alpha: s.quadratic_logits(-delta, center, alpha))),
-    "eq. 9's v^T r_delta without its constant": (1, "quadratic_logits = eq. 9's", lambda s: dict(
-        quadratic_logits=lambda delta, center, alpha: s.quadratic_logits(delta, center, alpha)
-        + alpha * (center**2).sum())),
-    "the kernel flipped (a convolution's, not a cross-correlation's)": (1, "conv_heads W", lambda s: dict(
-        conv_heads=lambda weight: s.conv_heads(weight.flip(-2, -1)))),
-    "the centers as (col, row)": (1, "conv_heads centers", lambda s: dict(
-        conv_heads=lambda weight: (s.conv_heads(weight)[0][:, [1, 0]], s.conv_heads(weight)[1]))),
-    "the softmax over the queries": (1, "mhsa_conv at alpha 1", lambda s: dict(
-        mhsa_conv=mhsa_conv_wrong(softmax_axis=-2))),
-    "no zero tokens around the image": (1, "mhsa_conv at alpha 1", lambda s: dict(
-        mhsa_conv=mhsa_conv_wrong(pad=False))),
-    "theta for one axis only": (1, "off_center_mass(2)", lambda s: dict(
-        off_center_mass=lambda a: 1 - (1 - s.off_center_mass(a)) ** 0.5)),
-    "theta over n >= 0 only": (1, "off_center_mass(0.5)", lambda s: dict(  # theta' = (theta + 1) / 2
-        off_center_mass=lambda a: 1 - 4 / ((1 - s.off_center_mass(a)) ** -0.5 + 1) ** 2)),
-    # day 2
-    "H and W swapped in space_to_depth": (2, "space_to_depth = model.space_to_depth on a random [2, 3, 6, 10]",
-                                          lambda s: dict(space_to_depth=space_to_depth_hw_swapped)),
-    "the colors outer, the block's pixels inner": (2, "space_to_depth = model.space_to_depth on a random [4, 3, 32",
-                                                   lambda s: dict(space_to_depth=space_to_depth_colors_outer)),
-    "W_out's bias left out": (2, "attention_parameters(400, 9, gaussian)", lambda s: dict(
-        attention_parameters=lambda dim, *a, **k: s.attention_parameters(dim, *a, **k) - dim)),
-    "the learned tables shared by all layers (section 4.3's text)": (2, "network_parameters(learned) -", parameters(
-        lambda n, e, layers, dim: n - (e == "learned") * (layers - 1) * 2 * 31 * dim)),
-    "one LayerNorm a block": (2, "network_parameters(quadratic) -", parameters(
-        lambda n, e, layers, dim: n - layers * 2 * dim)),
-    "multiply-adds, not 2 x": (2, "paper_flops() -", flops(lambda f, *shape: f // 2)),
-    "the classifier on every token": (2, "paper_flops() -", flops(
-        lambda f, dim, ffn_dim, heads, layers, tokens: f + 2 * (tokens - 1) * dim * 10)),
-    "P_h X counted": (2, "paper_flops() -", flops(
-        lambda f, dim, ffn_dim, heads, layers, tokens: f + 2 * layers * heads * tokens**2 * dim)),
-    "256 tokens whatever the image": (2, "paper_flops(64, 96, 4, 2, tokens=64)", lambda s: dict(
-        paper_flops=lambda dim=400, ffn_dim=512, heads=9, layers=6, tokens=256:
-        s.paper_flops(dim, ffn_dim, heads, layers))),
-    "stretch: the outer product laid out [heads, H, H, W, W]": (2, "stretch: separable_probs = dense", lambda s: dict(
-        separable_probs=separable_probs_wrong(layout_ok=False))),
-    "stretch: exp / sum without the largest logit subtracted": (2, "stretch: separable_probs = attention.Fast",
-                                                                lambda s: dict(separable_probs=separable_probs_wrong(
-                                                                    subtract_max=False))),
-    # day 3
-    "the warm-up a step late": (3, "A.4's schedule", lambda s: dict(
-        warmup_cosine=lambda step, *a, **k: s.warmup_cosine(max(step - 1, 0), *a, **k))),
-    "the warm-up from 0 at step 0": (3, "A.4's schedule", lambda s: dict(
-        warmup_cosine=warmup_cosine_wrong(from_zero=True))),
-    "the cosine over every step, warm-up included": (3, "A.4's schedule", lambda s: dict(
-        warmup_cosine=warmup_cosine_wrong(cosine_over_all=True))),
-    "> for >= in one_pixel_heads": (3, "one_pixel_heads on a hand case", lambda s: dict(
-        one_pixel_heads=lambda P, mass=0.5: s.one_pixel_heads(P, math.nextafter(mass, 1)))),
-    "the shift as query - key": (3, "one_pixel_heads on a hand case", lambda s: dict(
-        one_pixel_heads=lambda P, mass=0.5: {h: (-r, -c) for h, (r, c) in s.one_pixel_heads(P, mass).items()})),
-    "centers floored, not rounded": (3, "nearest_pixels", lambda s: dict(
-        nearest_pixels=lambda c: [(int(r), int(k)) for r, k in c.floor().tolist()])),
-    "a pixel given twice counted twice": (3, "fresh_start_held, 9 heads of std 1.414", lambda s: dict(
-        fresh_start_held=lambda pixels, heads, std: sum(s.fresh_start_held([p], heads, std) for p in pixels))),
-    "the variance for the standard deviation": (3, "fresh_start_held, 9 heads of std 2", lambda s: dict(
-        fresh_start_held=lambda pixels, heads, std: s.fresh_start_held(pixels, heads, std**2))),
-    # day 4
-    "Sigma^-1 = alpha I": (4, "quadratic_inv_cov(0.5, 2, 1e-6)", lambda s: dict(
-        quadratic_inv_cov=lambda a: s.quadratic_inv_cov(a) / 2)),
-    "the smallest eigenvalue judged": (4, "degenerate: small, eigenvalues 1e-4 and 5e-6", lambda s: dict(
-        degenerate=smallest_eigenvalue_rule)),
-    "<= for < on the largest eigenvalue": (4, "degenerate: on the eigenvalue threshold", lambda s: dict(
-        degenerate=degenerate_wrong(eigenvalue_at_threshold=True))),
-    ">= for > on the condition number": (4, "degenerate: on the condition threshold", lambda s: dict(
-        degenerate=degenerate_wrong(condition_at_threshold=True))),
-    "the diagonal for the eigenvalues": (4, "degenerate: near singular", lambda s: dict(
-        degenerate=degenerate_wrong(diagonal=True))),
-    "a singular Sigma^-1 kept when round-off makes its smallest eigenvalue negative": (
-        4, "degenerate: singular by round-off", lambda s: dict(degenerate=degenerate_wrong(singular_kept=True))),
-    "condition_above ignored": (4, "degenerate: condition 1e4, diag(1, 1e-4): pruned at condition_above=1e3",
-                                lambda s: dict(degenerate=degenerate_wrong(fixed_condition=True))),
-    "W_out's bias pruned with each head": (4, "parameters_after_pruning(Table 2", pruned(
-        lambda right, p, before, after, dim, per_head:
-        right(p, before, after, dim, per_head) - dim * (sum(before) - sum(after)))),
-    "the positional parameters kept": (4, "parameters_after_pruning(deep6-e6-s0", pruned(
-        lambda right, p, before, after, dim, per_head: right(p, before, after, dim, 0))),
-    # day 5
-    "the frequencies' exponent i / dim": (5, "sinusoidal_table(16, 64) against attention", lambda s: dict(
-        sinusoidal_table=unrounded_omega)),
-    "sines and cosines interleaved": (5, "sinusoidal_table(16, 64) against attention", lambda s: dict(
-        sinusoidal_table=sinusoids_wrong(interleaved=True))),
-    "the table's rows from shift 0": (5, "sinusoidal_table(16, 64) against attention", lambda s: dict(
-        sinusoidal_table=sinusoids_wrong(from_zero=True))),
-    "an odd dim: the last sine dropped": (5, "sinusoidal_table(5, 7)", lambda s: dict(
-        sinusoidal_table=sinusoids_wrong(last_sine_dropped=True))),
-    "q - k for k - q in relative_logits": (5, "relative_logits against SelfAttention2d(encoding='learned')",
-                                           lambda s: dict(relative_logits=lambda v_row, v_col, r_row, r_col, H, W:
-                                                          s.relative_logits(v_row, v_col, r_row.flip(0), r_col.flip(0),
-                                                                            H, W))),
-    "Student's pooled degrees of freedom": (5, "welch_interval(a, b): the Welch-Satterthwaite df", lambda s: dict(
-        welch_interval=welch_wrong(pooled_df=True))),
-    "variances divided by n": (5, "welch_interval(a, b): difference and interval ends", lambda s: dict(
-        welch_interval=welch_wrong(population_variance=True))),
-    "a one-sided p-value": (5, "welch_interval(a, b): the two-sided p-value", lambda s: dict(
-        welch_interval=welch_wrong(one_sided=True))),
-    "1.96 for Student's t quantile": (5, "welch_interval(a, b): difference and interval ends", lambda s: dict(
-        welch_interval=welch_wrong(normal_quantile=True))),
-}
-
-
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_each_check_catches_a_plausible_mistake(mistake):
-    """The stubs fail every item whatever its tolerance; these wrong solutions show the items are not too loose."""
-    day, item_name, replace = MISTAKES[mistake]
-    right = solutions(day)
-    wrong = types.SimpleNamespace(**(vars(right) | replace(right)))
-    named = [item for item in items(day) if item.name.startswith(item_name)]
-    assert named, f"no item of day {day} is named {item_name!r}"
-    for item in named:
-        assert evaluate(item, right)[0] == "PASS" and evaluate(item, wrong)[0] == "FAIL", (mistake, item.name)
+@pytest.mark.slow
+@pytest.mark.parametrize("day, mistake", MISTAKES, ids=[f"day{d}: {m}" for d, m in MISTAKES])
+def test_each_check_catches_a_plausible_mistake_planted_in_the_library(scratch, day, mistake):
+    file, old, new = day_checks(day).MISTAKES[mistake]
+    original = (scratch / file).read_text()
+    plant(scratch, file, old, new)
+    try:
+        result = check_in(scratch, day, *(["--run", str(RUN)] if run_for(day) else []))
+    finally:
+        (scratch / file).write_text(original)
+    assert result.returncode == 1 and "FAIL" in statuses(result.stdout), result.stdout + result.stderr
+    assert "ERROR" not in statuses(result.stdout), result.stdout
 
 
 def test_day3s_bands_are_those_of_the_committed_runs():
@@ -389,14 +221,15 @@ def expand(pattern: str) -> list:
             for p in expand(pattern[:match.start()] + part + pattern[match.end():])]
 
 
-def test_handouts_name_only_files_the_copy_holds():
-    """Every path in exercises/*.md (and the answers, where they ship) exists; exercises/solutions/ may be absent."""
-    pages = sorted(HERE.glob("*.md")) + sorted(HERE.glob("solutions/*.md"))
-    has_solutions = (HERE / "solutions").is_dir()
+def test_handouts_name_only_files_the_copy_holds_and_never_the_answers():
+    """Every path in exercises/*.md exists in a students' copy; none is an answers' file."""
     missing = []
-    for page in pages:
+    for page in sorted(HERE.glob("*.md")):
         for path in named_paths(page.read_text()):
-            if path in RUN_FILES or path.startswith("exercises/solutions") and not has_solutions:
+            if path in RUN_FILES:
+                continue
+            if any(path.startswith(a) for a in ANSWERS) or path.startswith("exercises/answers"):
+                missing.append(f"{page.relative_to(ROOT)}: {path} (the answers)")
                 continue
             if re.search(r"\{[^{},]*\}", path):  # a Python f-string's {name}: a template, not a path
                 continue
@@ -404,13 +237,3 @@ def test_handouts_name_only_files_the_copy_holds():
             if not any(glob.glob(str(place / p)) for place in places for p in expand(path.replace("dayN", "day?"))):
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
     assert not missing, missing
-
-
-def test_the_students_copy_leaves_the_solutions_out(tmp_path):
-    from exercises.students_copy import copy_tree
-    dest = tmp_path / "course"
-    copy_tree(ROOT, dest)
-    assert not (dest / "exercises/solutions").exists() and not (dest / ".git").exists()
-    assert all((dest / "exercises" / f"{name}.py").exists() for name in DAYS.values())
-    assert (dest / "exercises/check.py").exists() and (dest / RUN.relative_to(ROOT) / "checkpoint.pt").exists() \
-        == (RUN / "checkpoint.pt").exists()
