@@ -147,13 +147,24 @@ class RowColumn(nn.Module):
 
     @staticmethod
     def sinusoids(n: int, dim: int) -> torch.Tensor:
-        """Transformer sinusoids (Vaswani et al.) of the shifts -(n-1)..n-1: [2n-1, dim]."""
+        """Transformer sinusoids (Vaswani et al.) of one axis's shifts -(n-1)..n-1: [2n-1, dim], float32.
+
+        Row i is the shift s = i - (n - 1). Its first ceil(dim / 2) columns hold sin(s omega_j), the
+        next ones cos(s omega_j), for j = 0, 1, ..., ceil(dim / 2) - 1 and omega_j = 10000^(-2j / dim).
+        The row is then cut to dim columns. Vaswani et al. interleave sines and cosines; we do not."""
         shift = torch.arange(-(n - 1), n).float()[:, None]
         freq = 10000 ** (-torch.arange(0, dim, 2).float() / dim)
         angle = shift * freq  # [2n-1, ceil(dim/2)]
         return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]
 
-    def axis_logits(self, delta, axis):
+    def axis_logits(self, delta: torch.Tensor, axis: int) -> torch.Tensor:
+        """One axis's term of section 4.3's logit: delta [...] -> [heads, ...], in the tables' dtype.
+
+        delta holds shifts key - query along `axis` (0: rows, 1: columns), whole numbers in any dtype.
+        Head h's term at shift s is v_h . r[s], with (r, v) = (r_row, v_row) for the rows and
+        (r_col, v_col) for the columns. The table r [2n - 1, dim] holds shift s in its row s + n - 1,
+        with n = self.grid[axis]. `logits` adds the two axes' terms; the fast layer's softmax takes
+        each axis's term on its own (FastSelfAttention2d.axis_probs)."""
         table = (self.r_row, self.r_col)[axis] @ (self.v_row, self.v_col)[axis].T  # [2n-1, heads]
         index = delta.long() + self.grid[axis] - 1
         return table[index].movedim(-1, 0)

@@ -1,153 +1,210 @@
-"""Day 5's items: section 4.3's relative encodings and the interval the reviewer's comparison rests on.
+"""Day 5's items: section 4.3's relative encodings and the interval the reviewer's question rests on.
 
-    python -m exercises.check 5                # exercises/day5_open.py
-    python -m exercises.check 5 --solutions    # exercises/solutions/day5_open.py
+    python -m exercises.check 5
 
-References: attention.RowColumn.sinusoids and the float64 sinusoid written out here;
-attention.SelfAttention2d's position logits and probabilities (learned and sinusoidal encodings,
-float64, seeded); scipy.stats.ttest_ind(equal_var=False) on numbers written here and on the
-final test accuracies of committed runs (metrics.jsonl's last line).
+The functions: attention.RowColumn.sinusoids, attention.RowColumn.axis_logits and
+lab/experiments.py's difference. The references are written out here: the sinusoids in float64
+(an odd dim too), the identity t[s] . t[s'] = sum_j cos(omega_j (s - s')), and section 4.3's
+logits pair by pair on 5 x 7 and 6 x 4 grids, with their softmax. Welch's test is held to
+scipy.stats.ttest_ind(equal_var=False), on numbers written here and on committed runs' final
+test accuracies (metrics.jsonl's last line). All in float64 with seeded inputs.
 """
 import json
+import math
 from pathlib import Path
 
 import torch
 from scipy import stats
 
-from attention import RowColumn, SelfAttention2d
+import attention
 from exercises.check import Item
+from lab import experiments
 
-WRITE = ("sinusoidal_table", "relative_logits", "welch_interval")  # exercises/day5_open.py
-STRETCH = ()
+WRITE = {"attention.py": ("RowColumn.sinusoids", "RowColumn.axis_logits"),
+         "lab/experiments.py": ("difference",)}
+STRETCH = {}
 
-RESULTS = Path(__file__).parent.parent / "lab/results"
+RESULTS = Path(__file__).resolve().parent.parent / "lab/results"
 A, B = [0.61, 0.58, 0.66, 0.70], [0.52, 0.55, 0.49]  # two groups of unequal size and spread
-GROUPS = {"learned": "reviewer/learned", "quadratic": "grid/laptop"}  # the reviewer's comparison, 3 seeds each
+C, D = [0.2, 0.9], [0.50, 0.51, 0.49, 0.50, 0.52, 0.48]  # one wide group of 2, one narrow group of 6
+RUNS = {"learned": "reviewer/learned", "quadratic": "grid/laptop"}  # the reviewer's comparison, 3 seeds each
 
 
-def table(yours, n: int, dim: int) -> torch.Tensor:
-    """Your sinusoidal_table(n, dim) in float64, its shape checked."""
-    t = yours.sinusoidal_table(n, dim)
-    if tuple(t.shape) != (2 * n - 1, dim):
-        raise ValueError(f"sinusoidal_table({n}, {dim}) has shape {list(t.shape)}, expected [{2 * n - 1}, {dim}]")
-    return t.double()
-
-
-def sinusoid64(n: int, dim: int) -> torch.Tensor:
-    """The sines of the shifts -(n-1)..n-1 in the first ceil(dim/2) columns, then the cosines, in float64."""
-    angle = torch.arange(-(n - 1), n, dtype=torch.float64)[:, None] * frequencies(dim)
-    return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]
+def gap(found: torch.Tensor, reference: torch.Tensor) -> float:
+    """max |found - reference| in float64; infinite when the shapes differ (a FAIL, not the check's crash)."""
+    if not isinstance(found, torch.Tensor) or tuple(found.shape) != tuple(reference.shape):
+        return math.inf
+    return (found.double() - reference).abs().max().item()
 
 
 def frequencies(dim: int) -> torch.Tensor:
     return 10000 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # omega_j, [ceil(dim/2)]
 
 
-def table_error(n: int, dim: int, reference):
-    def measure(yours) -> float:
-        return (table(yours, n, dim) - reference(n, dim).double()).abs().max().item()
+def sinusoid64(n: int, dim: int) -> torch.Tensor:
+    """The sines of the shifts -(n-1)..n-1 in the first ceil(dim/2) columns, then the cosines, cut to dim (float64)."""
+    table = torch.zeros(2 * n - 1, dim, dtype=torch.float64)
+    half = (dim + 1) // 2
+    for i in range(2 * n - 1):
+        for j in range(half):
+            angle = (i - (n - 1)) * float(frequencies(dim)[j])
+            table[i, j] = math.sin(angle)
+            if half + j < dim:
+                table[i, half + j] = math.cos(angle)
+    return table
+
+
+def table_error(n: int, dim: int):
+    def measure() -> float:
+        return gap(attention.RowColumn.sinusoids(n, dim), sinusoid64(n, dim))
     return measure
 
 
-def unit_pairs(yours) -> float:
-    """max |sin^2 + cos^2 - 1| over every row's pairs (column j, column j + dim/2), dim = 64."""
-    t = table(yours, 16, 64)
-    return (t[:, :32] ** 2 + t[:, 32:] ** 2 - 1).abs().max().item()
-
-
-def gram_error(yours) -> float:
-    """max |t[s] . t[s'] - sum_j cos(omega_j (s - s'))| over all rows of sinusoidal_table(16, 64)."""
-    t = table(yours, 16, 64)
+def gram_error() -> float:
+    """max |t[s] . t[s'] - sum_j cos(omega_j (s - s'))| over all rows of RowColumn.sinusoids(16, 64)."""
+    t = attention.RowColumn.sinusoids(16, 64)
     s = torch.arange(-15, 16, dtype=torch.float64)
     reference = torch.cos((s[:, None] - s[None, :])[..., None] * frequencies(64)).sum(-1)  # [31, 31]
-    return (t @ t.T - reference).abs().max().item()
+    if tuple(t.shape) != (31, 64):
+        return math.inf
+    return gap(t.double() @ t.double().T, reference)
 
 
-def layer(encoding: str, grid: tuple, seed: int) -> SelfAttention2d:
-    """The project's layer in float64 with seeded parameters (3 heads, width 8)."""
-    torch.manual_seed(seed)
-    return SelfAttention2d(8, heads=3, grid=grid, encoding=encoding).double()
+def layer(encoding: str, grid: tuple, fast: bool = False) -> attention.SelfAttention2d:
+    """The project's layer in float64 with seeded parameters (3 heads, width 8): the paper's, or train.py's."""
+    torch.manual_seed(5)
+    cls = attention.FastSelfAttention2d if fast else attention.SelfAttention2d
+    return cls(8, heads=3, grid=grid, encoding=encoding).double()
 
 
-def logits_error(encoding: str, grid: tuple, probabilities: bool):
-    """max |your relative_logits (or their softmax over keys) - the layer's position_logits (attention_probs)|."""
-    def measure(yours) -> float:
-        found = layer(encoding, grid, seed=5)
+def logits43(v_row, v_col, r_row, r_col, H: int, W: int) -> torch.Tensor:
+    """Section 4.3 pair by pair: logit[h, q, k] = v_row[h] . r_row[k_row - q_row + H - 1]
+    + v_col[h] . r_col[k_col - q_col + W - 1], q = (i, j) the token i * W + j: [heads, T, T]."""
+    T = H * W
+    out = torch.zeros(v_row.shape[0], T, T, dtype=torch.float64)
+    for i in range(H):
+        for j in range(W):
+            for a in range(H):
+                for b in range(W):
+                    out[:, i * W + j, a * W + b] = v_row @ r_row[a - i + H - 1] + v_col @ r_col[b - j + W - 1]
+    return out
+
+
+def relative_error(encoding: str, grid: tuple, what: str):
+    """max |the library's logits (or probabilities) - section 4.3 written out| on a grid, float64.
+    what: "logits" (RowColumn.logits at every pair's shift), "probs" (SelfAttention2d.attention_probs)
+    or "fast" (FastSelfAttention2d.attention_probs, a softmax per axis: what train.py runs)."""
+    def measure() -> float:
+        found = layer(encoding, grid, fast=what == "fast")
         e = found.encoding
         with torch.no_grad():
-            logits = yours.relative_logits(e.v_row, e.v_col, e.r_row, e.r_col, *grid)  # [heads, T, T]
-            reference = found.attention_probs() if probabilities else found.position_logits()
-        T = grid[0] * grid[1]
-        if tuple(logits.shape) != (3, T, T):
-            raise ValueError(f"relative_logits gave shape {list(logits.shape)}, expected [3, {T}, {T}]")
-        return ((logits.softmax(-1) if probabilities else logits) - reference).abs().max().item()
+            if encoding == "learned":
+                r_row, r_col = e.r_row.double(), e.r_col.double()
+            else:  # the fixed tables, written out here
+                r_row, r_col = sinusoid64(grid[0], 8), sinusoid64(grid[1], 8)
+            reference = logits43(e.v_row.double(), e.v_col.double(), r_row, r_col, *grid)
+            if what == "logits":
+                return gap(e.logits(attention.pairwise_shifts(*grid).double()), reference)
+            return gap(found.attention_probs(), reference.softmax(-1))
     return measure
 
 
 def final_accuracies(name: str) -> list:
     """Each seed's final test accuracy (metrics.jsonl's last line) of a committed group of runs."""
-    return [json.loads((RESULTS / f"{GROUPS[name]}-s{s}/metrics.jsonl").read_text().splitlines()[-1])["test_acc"]
+    return [json.loads((RESULTS / f"{RUNS[name]}-s{s}/metrics.jsonl").read_text().splitlines()[-1])["test_acc"]
             for s in range(3)]
 
 
 def welch_error(groups, keys: tuple):
-    """max |your welch_interval(a, b)[key] - scipy's| over keys (ttest_ind with equal_var=False); groups() -> (a, b)."""
-    def measure(yours) -> float:
-        x, y = groups()
-        result = stats.ttest_ind(x, y, equal_var=False)
+    """max |experiments.difference(a, b)[key] - scipy's| over keys; groups() -> (a, b)."""
+    def measure() -> float:
+        a, b = groups()
+        result = stats.ttest_ind(a, b, equal_var=False)
         interval = result.confidence_interval(0.95)
-        reference = dict(difference=sum(x) / len(x) - sum(y) / len(y), low=interval.low, high=interval.high,
-                         df=result.df, p=result.pvalue)
-        found = yours.welch_interval(x, y)
+        reference = dict(difference=sum(a) / len(a) - sum(b) / len(b), low=interval.low, high=interval.high,
+                         p=result.pvalue)
+        found = experiments.difference(a, b)
         return max(abs(float(found[k]) - float(reference[k])) for k in keys)
     return measure
 
 
 def items(run: str) -> list:
+    hint_table = ("row i is the shift i - (n - 1): the first row is -(n-1), not 0; the sines fill the first "
+                  "ceil(dim/2) columns and the cosines the rest (not interleaved); omega_j = 10000^(-2j/dim)")
+    hint_logits = ("delta = key - query (not query - key): shift s reads row s + n - 1 of its axis's table, "
+                   "n = self.grid[axis] (H for the rows, W for the columns); v_row pairs with r_row, v_col with r_col")
+    hint_interval = ("v = s^2 / n with the sample variance (divided by n - 1); the interval is difference -/+ "
+                     "t se with t Student's 0.975 quantile at Welch's df (not the normal's 1.96, not n_a + n_b - 2)")
     return [
-        Item("sinusoidal_table(16, 64) against attention.RowColumn.sinusoids (float32)",
-             table_error(16, 64, RowColumn.sinusoids), 0.0, 1e-6,
-             "row i is the shift i - (n - 1) (the first row is -(n-1), not 0); the sines fill the first half "
-             "of the columns and the cosines the second (not interleaved); omega_j = 10000^(-2j/dim)"),
-        Item("sinusoidal_table(5, 7), dim odd, against attention.RowColumn.sinusoids (float32)",
-             table_error(5, 7, RowColumn.sinusoids), 0.0, 1e-6,
-             "an odd dim: ceil(dim/2) sines, then the cosines, and the table cut to dim columns (the last cosine "
-             "goes); the frequencies use 2j / dim with the table's dim, not dim rounded"),
-        Item("sinusoidal_table(16, 64) against the sinusoid written out in float64",
-             table_error(16, 64, sinusoid64), 0.0, 1e-6,
-             "sin then cos of s * 10000^(-2j/dim), s from -(n-1) to n-1"),
-        Item("sinusoidal_table(16, 64): every (sin, cos) pair of every row has unit norm (closed form 1)",
-             unit_pairs, 0.0, 1e-6,
-             "column j and column j + dim/2 must be the sine and cosine of the same angle"),
-        Item("sinusoidal_table(16, 64): t[s] . t[s'] = sum_j cos(omega_j (s - s')), a function of s - s' (float64)",
+        Item("attention.RowColumn.sinusoids(16, 64) = the sinusoids written out in float64 (s from -15 to 15)",
+             table_error(16, 64), 0.0, 2e-6, hint_table),
+        Item("attention.RowColumn.sinusoids(5, 7), dim odd: 4 sines, then 3 cosines (float64 written out)",
+             table_error(5, 7), 0.0, 2e-6,
+             "an odd dim: ceil(dim/2) sines, then the cosines, and the row cut to dim columns (the last cosine "
+             "goes); the frequencies use 2j / dim with the table's own dim"),
+        Item("attention.RowColumn.sinusoids(16, 64): t[s] . t[s'] = sum_j cos(omega_j (s - s')) for every pair of rows",
              gram_error, 0.0, 1e-5,
-             "the inner product of two rows depends on the distance between their shifts only if each pair "
-             "holds the sine and cosine of one frequency times the shift"),
-        Item("relative_logits against SelfAttention2d(encoding='learned').position_logits(), grid 5 x 7 (float64)",
-             logits_error("learned", (5, 7), probabilities=False), 0.0, 1e-12,
-             "delta = key - query (not query - key); a shift s indexes row s + H - 1 of r_row (s + W - 1 of r_col); "
-             "v_row pairs with the row table r_row, v_col with the column table r_col; tokens row-major, "
-             "so q = i * W + j"),
-        Item("softmax of relative_logits against the learned SelfAttention2d.attention_probs(), grid 6 x 4 (float64)",
-             logits_error("learned", (6, 4), probabilities=True), 0.0, 1e-12,
-             "the softmax runs over the keys (the last axis); with H != W a swapped row and column shows here"),
-        Item("softmax of relative_logits on the fixed tables against the sinusoidal SelfAttention2d.attention_probs(), "
-             "grid 7 x 5 (float64)",
-             logits_error("sinusoidal", (7, 5), probabilities=True), 0.0, 1e-12,
-             "the same formula as the learned encoding's, only the tables r are attention.RowColumn.sinusoids"),
-        Item("welch_interval(a, b): difference and interval ends against scipy.stats.ttest_ind(equal_var=False)",
-             welch_error(lambda: (A, B), ("difference", "low", "high")), 0.0, 1e-9,
-             "sample variances divide by n - 1; the interval is difference -/+ t.ppf(0.975, df) * se with Welch's "
-             "df, not n_a + n_b - 2 (that is Student's pooled test)"),
-        Item("welch_interval(a, b): the Welch-Satterthwaite df against scipy.stats.ttest_ind(equal_var=False).df",
-             welch_error(lambda: (A, B), ("df",)), 0.0, 1e-9,
-             "df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)) with v = s^2 / n"),
-        Item("welch_interval(a, b): the two-sided p-value against scipy.stats.ttest_ind(equal_var=False)",
-             welch_error(lambda: (A, B), ("p",)), 0.0, 1e-9,
-             "two-sided: 2 * t.sf(|difference| / se, df)"),
-        Item("welch_interval on the committed runs' final test accuracies, lab/results/reviewer/learned-s* minus "
+             "column j and column j + dim/2 must hold the sine and cosine of one angle, s omega_j"),
+        Item("attention.RowColumn.logits (learned) at every pair of a 5 x 7 grid = section 4.3 written out (float64)",
+             relative_error("learned", (5, 7), "logits"), 0.0, 1e-12, hint_logits),
+        Item("SelfAttention2d(encoding='learned').attention_probs(), 6 x 4 grid = softmax of section 4.3 written out",
+             relative_error("learned", (6, 4), "probs"), 0.0, 1e-12,
+             "the probabilities are the softmax over keys of RowColumn.logits: " + hint_logits),
+        Item("FastSelfAttention2d(encoding='learned').attention_probs() (one softmax per axis, as train.py runs it), "
+             "5 x 7 grid", relative_error("learned", (5, 7), "fast"), 0.0, 1e-12,
+             "the fast layer calls axis_logits for each axis on its own, with shifts along that axis only: "
+             + hint_logits),
+        Item("attention.RowColumn.logits (sinusoidal) at every pair of a 6 x 4 grid = section 4.3 on float64 sinusoids",
+             relative_error("sinusoidal", (6, 4), "logits"), 0.0, 1e-6,
+             "the tables are your sinusoids (float32, hence the tolerance): " + hint_logits),
+        Item("FastSelfAttention2d(encoding='sinusoidal').attention_probs(), 5 x 7 grid = softmax written out",
+             relative_error("sinusoidal", (5, 7), "fast"), 0.0, 1e-6,
+             "sin is odd: a shift read with the wrong sign changes the logits of the fixed tables too"),
+        Item("lab/experiments.py difference(a, b), 4 and 3 numbers: the difference and the 95% interval's ends "
+             "= scipy.stats.ttest_ind(equal_var=False)", welch_error(lambda: (A, B), ("difference", "low", "high")),
+             0.0, 1e-10, hint_interval),
+        Item("difference(a, b), 4 and 3 numbers: Welch's two-sided p-value = scipy.stats.ttest_ind(equal_var=False)",
+             welch_error(lambda: (A, B), ("p",)), 0.0, 1e-10,
+             "two-sided: the probability of |T| >= |difference| / se, both tails (scipy.stats.t.sf)"),
+        Item("difference(a, b), a wide group of 2 and a narrow group of 6: interval and p against scipy",
+             welch_error(lambda: (C, D), ("low", "high", "p")), 0.0, 1e-10,
+             "df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)): near 1 here, where Student's pooled "
+             "test would take 6"),
+        Item("difference on the committed runs' final test accuracies, lab/results/reviewer/learned-s* minus "
              "lab/results/grid/laptop-s* (quadratic), against scipy.stats.ttest_ind(equal_var=False)",
              welch_error(lambda: (final_accuracies("learned"), final_accuracies("quadratic")),
-                         ("difference", "low", "high", "p")), 0.0, 1e-9,
-             "the same function as above on 3 and 3 numbers: mean(a) - mean(b), a the learned runs"),
+                         ("difference", "low", "high", "p")), 0.0, 1e-10,
+             "the same function on 3 and 3 numbers: mean(a) - mean(b), a the learned runs"),
     ]
+
+
+# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
+MISTAKES = {
+    "sines and cosines interleaved": ("attention.py", "return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]",
+                                      "return torch.stack([angle.sin(), angle.cos()], dim=2).flatten(1)[:, :dim]"),
+    "the table's shifts from 0": ("attention.py", "shift = torch.arange(-(n - 1), n).float()[:, None]",
+                                  "shift = torch.arange(2 * n - 1).float()[:, None]"),
+    "the last sine dropped for an odd dim": ("attention.py",
+                                             "return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]",
+                                             "return torch.cat([angle.sin()[:, :dim // 2], angle.cos()], dim=1)"),
+    "omega without the factor 2": ("attention.py", "freq = 10000 ** (-torch.arange(0, dim, 2).float() / dim)",
+                                   "freq = 10000 ** (-torch.arange((dim + 1) // 2).float() / dim)"),
+    "delta read as query - key": ("attention.py", "index = delta.long() + self.grid[axis] - 1",
+                                  "index = self.grid[axis] - 1 - delta.long()"),
+    "the shift indexes from 0": ("attention.py", "index = delta.long() + self.grid[axis] - 1", "index = delta.long()"),
+    "the rows' n for both axes": ("attention.py", "index = delta.long() + self.grid[axis] - 1",
+                                  "index = delta.long() + self.grid[0] - 1"),
+    "row and column tables swapped": ("attention.py", "(self.r_row, self.r_col)[axis] @",
+                                      "(self.r_col, self.r_row)[axis] @"),
+    "row and column halves of v swapped": ("attention.py", "@ (self.v_row, self.v_col)[axis].T",
+                                           "@ (self.v_col, self.v_row)[axis].T"),
+    "Student's pooled df": ("lab/experiments.py",
+                            "df = (v_a + v_b) ** 2 / (v_a**2 / (x.size - 1) + v_b**2 / (y.size - 1))",
+                            "df = x.size + y.size - 2.0"),
+    "population variance": ("lab/experiments.py", "x.var(ddof=1) / x.size, y.var(ddof=1) / y.size",
+                            "x.var() / x.size, y.var() / y.size"),
+    "a one-sided p-value": ("lab/experiments.py", "p = 2 * stats.t.sf(np.abs(d) / se, df)",
+                            "p = stats.t.sf(np.abs(d) / se, df)"),
+    "the normal quantile": ("lab/experiments.py", "half = stats.t.ppf(0.975, df) * se",
+                            "half = stats.norm.ppf(0.975) * se"),
+}

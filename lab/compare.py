@@ -11,6 +11,9 @@ and between experiments, the difference with its 95% interval.
                                                        # layers 1 and 4 against their start: travel,
                                                        # alpha, pixels the start already held, chance
 
+A pattern in quotes, "lab/results/grid/laptop-s*", is expanded here: PowerShell and cmd pass it
+on as typed, and a pattern that matches no run is an error.
+
 A run is a directory holding train.py's config.json and metrics.jsonl. Runs are grouped by
 every setting of their config except the seed and what does not change the computation
 (run directory, resume, device, data folder, torch.compile, environment record); the data's
@@ -21,6 +24,7 @@ group: the data, the seeds, the final epoch's test accuracy (mean, sample standa
 and the wall time. For two groups: the difference of their means with a 95% interval and
 the p-value of Welch's t-test (scipy.stats), which does not assume equal variances.
 """
+import glob
 import json
 import statistics
 from dataclasses import dataclass
@@ -67,6 +71,21 @@ class Config:
     origins_x: str = option("step", "the origins figure's x-axis: steps, or the centers' learning rate summed over "
                                     "them (runs with another --position-lr side by side)",
                             choices=["step", "position_lr"])
+
+
+def run_paths(arguments: list) -> list:
+    """The run directories the arguments name. A glob pattern (`*`, `?`, `[`) is expanded here, in
+    sorted order: PowerShell and cmd pass it on as typed. A pattern that matches nothing is an error."""
+    paths = []
+    for argument in arguments:
+        if not set("*?[") & set(argument):
+            paths.append(argument)
+            continue
+        found = sorted(glob.glob(argument))
+        if not found:
+            raise ValueError(f"no run matches {argument!r}")
+        paths += found
+    return paths
 
 
 def table(groups: dict) -> str:
@@ -218,7 +237,7 @@ def pooled_held(members: list, layer: int, step: int) -> str:
 def main():
     matplotlib.use("Agg")  # figures to files only
     cfg = Config(**parse_flags(Config, __doc__, positional=("runs",)))
-    groups = group([load_run(path) for path in cfg.runs])
+    groups = group([load_run(path) for path in run_paths(cfg.runs)])
     check_layers([r for g in groups.values() for r in g], cfg.layer, cfg.origins)
     out = output_folder(cfg.out, "") if cfg.out else None  # never a run's folder
     print(table(groups))

@@ -184,11 +184,26 @@ def end_of(members: list) -> str:
 
 
 def difference(a: list, b: list) -> dict:
-    """mean(a) - mean(b), its 95% interval and the two-sided p-value of Welch's t-test."""
-    result = stats.ttest_ind(a, b, equal_var=False)
-    interval = result.confidence_interval(0.95)
-    return dict(difference=statistics.fmean(a) - statistics.fmean(b), low=float(interval.low),
-                high=float(interval.high), p=float(result.pvalue), n=(len(a), len(b)))
+    """mean(a) - mean(b), its 95% interval and the two-sided p-value of Welch's t-test.
+
+    a, b: two groups of numbers, one a seed, at least 2 each. Returns Python floats
+    {"difference", "low", "high", "p"} and "n" = (len(a), len(b)). For each group, v = s^2 / n,
+    with s^2 the sample variance (divided by n - 1). The standard error is se = sqrt(v_a + v_b), and
+    Welch-Satterthwaite's degrees of freedom are df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)).
+    The interval is difference -/+ t se, with t the 0.975 quantile of Student's t with df degrees of
+    freedom. The p-value is the probability that such a T has |T| >= |difference| / se. scipy.stats.t
+    gives the quantile (`ppf`) and the tail (`sf`). When neither group varies, df is undefined and
+    counts as 1 (as in scipy.stats.ttest_ind): the interval is the difference itself."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    v_a, v_b = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size  # s^2 / n: each mean's variance
+    d = statistics.fmean(a) - statistics.fmean(b)
+    se = np.sqrt(v_a + v_b)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no spread: se = 0, |d| / se infinite or nan
+        df = (v_a + v_b) ** 2 / (v_a**2 / (x.size - 1) + v_b**2 / (y.size - 1))  # Welch-Satterthwaite
+        df = 1.0 if np.isnan(df) else df
+        half = stats.t.ppf(0.975, df) * se  # the interval's half width
+        p = 2 * stats.t.sf(np.abs(d) / se, df)  # two-sided: both tails
+    return dict(difference=d, low=float(d - half), high=float(d + half), p=float(p), n=(len(a), len(b)))
 
 
 def has_layer(run: dict, layer: int) -> bool:

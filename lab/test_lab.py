@@ -528,3 +528,14 @@ def test_every_compare_command_in_the_notebook_runs_on_its_committed_runs(tmp_pa
         except SystemExit as e:
             pytest.fail(f"python -m lab.compare {' '.join(argv)}: {e}")
     assert "| encoding=learned |" in capsys.readouterr().out
+
+
+def test_compare_expands_a_quoted_pattern_itself(tmp_path, monkeypatch):
+    """PowerShell and cmd pass `lab/results/grid/laptop-s*` on as typed: compare.py expands it, sorted,
+    and a pattern that matches no run is one clear error."""
+    for seed in (1, 0):
+        write_run(tmp_path / f"a-s{seed}", seed, [0.5])
+    monkeypatch.chdir(tmp_path)
+    assert compare.run_paths(["a-s*", "a-s0"]) == ["a-s0", "a-s1", "a-s0"]  # a plain path stays as typed
+    with pytest.raises(ValueError, match=r"no run matches 'b-s\*'"):
+        compare.run_paths(["a-s0", "b-s*"])
