@@ -33,7 +33,9 @@ PRUNED_HEADS = [9 - n for n in (2, 4, 1, 2, 6, 0)]
 
 
 def space_to_depth(x: torch.Tensor, block: int = 2) -> torch.Tensor:
-    """Invertible downsampling (Jacobsen et al., 2018): [B, C, H, W] -> [B, H/b, W/b, b*b*C]."""
+    """Invertible downsampling (Jacobsen et al., 2018): x [B, C, H, W] -> [B, H/b, W/b, b*b*C], b = block.
+    H and W are multiples of b, square or not. Token (i, j)'s channel (di * b + dj) * C + c is color c of
+    pixel (b*i + di, b*j + dj): its b x b block's pixels row-major, the colors inner. No parameters."""
     B, C, H, W = x.shape
     x = x.view(B, C, H // block, block, W // block, block)
     return x.permute(0, 2, 4, 3, 5, 1).reshape(B, H // block, W // block, block * block * C)
@@ -51,7 +53,9 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x):  # [B, H, W, dim]
+    def forward(self, x):
+        """x [B, H, W, dim] -> [B, H, W, dim], post-LN (BERT): x + dropout(attention_out(attention(x))),
+        then norm1; then x + dropout(ffn(x)), then norm2."""
         x = self.norm1(x + self.dropout(self.attention_out(self.attention(x))))  # [B, H, W, dim]
         return self.norm2(x + self.dropout(self.ffn(x)))  # [B, H, W, dim]
 
@@ -84,7 +88,9 @@ class SelfAttentionNet(nn.Module):
                     with torch.no_grad():  # (a pruned layer keeps its draw: its weights come from a checkpoint)
                         attention.encoding.centers += kernel_shifts(attention.heads)
 
-    def forward(self, images):  # [B, 3, H, W]
+    def forward(self, images):
+        """images [B, 3, H, W] -> logits [B, num_classes], section 4.1: 2x2 space_to_depth, embed, the
+        blocks in turn, the mean over the H/2 x W/2 positions, then the classifier."""
         x = self.embed(space_to_depth(images))  # [B, H/2, W/2, dim]
         for block in self.blocks:
             x = block(x)  # [B, H/2, W/2, dim]
@@ -145,9 +151,9 @@ def build_model(name: str, **overrides) -> nn.Module:
 
 def model_kwargs(config: dict) -> dict:
     """The constructor arguments that a run's config gives build_model: the settings that shaped
-    its model. One its encoding has no use for is left out, never refused: a run's config is its
-    history (learned runs recorded `grid_start: true` before the flag was refused for them), read
-    as the model it built, not checked again as a new command."""
+    its model. A setting that the run's encoding does not use is left out, not refused. A run's
+    config is its history: learned runs recorded `grid_start: true` before that flag was refused
+    for them. It is read as the model the run built, not checked again as a new command."""
     if config["encoding"] == "resnet18":
         return dict(width=config["width"])
     names = ["layers", "heads", "dim", "ffn_dim", "dropout", "attention_dropout", "content"]
@@ -169,8 +175,14 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def paper_flops(model: nn.Module, image_size: int = 32) -> int:
-    """FLOPs per image, 2 x multiply-adds of Linear and Conv2d only: the paper does not define its
-    count; this convention (ours) reproduces its Tables 1-2 (6.2B, 1.1B)."""
+    """FLOPs per image of one forward pass in eval mode on an_image(model, image_size): 2 x the
+    multiply-adds of the model's nn.Linear and nn.Conv2d layers, nothing else. An integer.
+
+    A layer's multiply-adds are all those it performs in that pass, on every input it is
+    applied to. A bias is an add without a multiply: not counted. Nor are the attention
+    products P_h X, norms, activations and means. The paper does not define its count; this
+    convention (ours) reproduces its Tables 1-2 (6.2B, 1.1B). The model's train/eval mode is
+    left as it was."""
     macs = []
 
     def hook(m, inputs, out):
