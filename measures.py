@@ -92,8 +92,12 @@ def grid_coverage(layer: SelfAttention2d, radius: float = 0.25, mass: float = ON
 
 
 def one_pixel_heads(layer: SelfAttention2d, mass: float = ONE_PIXEL) -> dict:
-    """{head: its pixel's shift (row, col) from the central query} for every head that puts at
-    least `mass` of the query's probability on one pixel."""
+    """The one-pixel heads: {head: the shift (row, col) of its pixel} for every head that puts at
+    least `mass` (inclusive) of the central query's probability on one key.
+
+    The central query is the pixel (H // 2, W // 2) of the layer's H x W grid, the one
+    `central_probs(layer)` reads: its probabilities [heads, H, W] over the keys. A shift is
+    key - query, as in attention.py: (-1, 0) is the pixel above the query. Python ints."""
     p = central_probs(layer)  # [heads, H, W]
     H, W = layer.grid
     best = p.flatten(1).max(1)
@@ -201,7 +205,9 @@ def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
 
 
 def nearest_pixels(start: dict) -> list:
-    """Each head's nearest integer shift (row, col) to its center in a snapshot."""
+    """Each head's nearest pixel at a snapshot: the integer shift (row, col) nearest to its center.
+    start: a layer's snapshot of heads.jsonl, {"centers": [[row, col], ...] one a head, ...}.
+    Returns [(row, col), ...] in head order, Python ints."""
     return [tuple(int(v) for v in c) for c in torch.tensor(start["centers"]).round().tolist()]
 
 
@@ -257,10 +263,13 @@ def held(pixels, nearest: list) -> int:
 
 
 def fresh_start_held(pixels, heads: int, center_std: float) -> float:
-    """How many of the distinct `pixels` a fresh start holds on average: the exact chance level
-    of `already_nearest`. With each of the `heads` centers drawn from N(0, std^2 I), pixel p is
-    some head's nearest with probability 1 - (1 - q_p)^heads, where q_p = P(round(c) = p), a
-    product over the two axes of the normal's mass in [p - 1/2, p + 1/2]."""
+    """How many of the distinct `pixels` (row, col) a fresh start holds on average: the exact
+    chance level of `already_nearest`. A pixel given twice counts once.
+
+    A fresh start draws each of the `heads` centers c from N(0, center_std^2 I), independently.
+    A pixel p is some head's nearest with probability 1 - (1 - q_p)^heads, where q_p =
+    P(round(c) = p) is a product over the two axes of the normal's mass in [p - 1/2, p + 1/2].
+    math.erf is the error function, erf(x) = 2 / sqrt(pi) * (the integral of exp(-t^2) from 0 to x)."""
     scale = center_std * math.sqrt(2)
     mass = lambda v: 0.5 * (math.erf((v + 0.5) / scale) - math.erf((v - 0.5) / scale))
     return sum(1 - (1 - mass(row) * mass(col)) ** heads for row, col in set(pixels))

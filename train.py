@@ -108,8 +108,13 @@ def make_optimizer(model, cfg: Config, device: torch.device) -> torch.optim.SGD:
 
 
 def warmup_cosine(total_steps: int, warmup: float, hold: float = 0.0):
-    """A.4's learning-rate factor at each step: linear from 1/w to 1 over w warm-up steps, then a
-    cosine down to 0. It is 0 for the first `hold` fraction of the steps (--spread-hold)."""
+    """A.4's learning-rate schedule, stepped every batch: a function factor(step) -> float, the
+    multiple of the peak learning rate at a 0-based step (torch's LambdaLR calls it).
+
+    The warm-up takes w = max(1, round(warmup * total_steps)) steps: the factor rises linearly,
+    in equal increments, from 1/w at step 0 to 1 at step w - 1. Then a half cosine decays it from
+    1 at step w to 0 at step total_steps; it stays 0 after. The factor is 0 at every step before
+    round(hold * total_steps) (--spread-hold); from there on it is the schedule's value at that step."""
     w, held = max(1, round(warmup * total_steps)), round(hold * total_steps)
 
     def factor(step):

@@ -289,20 +289,29 @@ def print_measures(found: list, out: Path, source: dict) -> Path:
     out/measures.json with their `source` (the run, its epoch and seed, what computed them), its path returned."""
     print("how convolution-like each layer is (central query; measures.py):")
     for i, m in enumerate(found):
-        text = "content layer: no fixed kernel" if m is None else (
-            f"locality (share of its kernel's energy) in 3x3 {m['locality_3x3']:.3f}, 5x5 {m['locality_5x5']:.3f}; "
-            f"the heads' probability in 3x3 {m['mass_3x3']:.3f}, 5x5 {m['mass_5x5']:.3f}"
-            + f"\n           {m['one_pixel_heads']} one-pixel heads on {m['one_pixel']} pixels "
-              f"({m['inside_3x3']} in the 3x3 window, {m['inside_5x5']} in the 5x5), {m['ring']} of the 8 around the "
-              f"query, on {m['sides']} of its 4 sides" + (f"; coverage {m['coverage']}" if "coverage" in m else "")
-            + (f"; centers {m['distance']:.2f} px from the query on average" if "distance" in m else "")
-            + (f"\n           travel (net distance from the start): mean {m['travel_mean']:.2f} px, max "
-               f"{m['travel_max']:.2f} px; path (summed epoch to epoch) {m['path_mean']:.2f} px; {m['travelled']} "
-               f"one-pixel heads moved 1 px or more\n           the start: nearest to {m['start_pixels']} distinct "
-               f"pixels; of the one-pixel heads' {m['one_pixel']} pixels, {m['already_nearest']} were a head's nearest "
-               f"then (chance, a fresh start's: {m['already_nearest_chance']:.1f}); {m['own_start']} one-pixel heads sit on their own start's nearest pixel (chance, the start's "
-               f"pixels dealt at random: {m['own_start_chance']:.1f})" if "travel" in m else ""))
-        print(f"  layer {i + 1}: {text}")
+        if m is None:
+            print(f"  layer {i + 1}: content layer: no fixed kernel")
+            continue
+        print(f"  layer {i + 1}: locality (share of its kernel's energy) in 3x3 {m['locality_3x3']:.3f}, "
+              f"5x5 {m['locality_5x5']:.3f}; the heads' probability in 3x3 {m['mass_3x3']:.3f}, "
+              f"5x5 {m['mass_5x5']:.3f}")
+        pixels = (f"{m['one_pixel_heads']} one-pixel heads on {m['one_pixel']} pixels ({m['inside_3x3']} in the 3x3 "
+                  f"window, {m['inside_5x5']} in the 5x5), {m['ring']} of the 8 around the query, "
+                  f"on {m['sides']} of its 4 sides")
+        if "coverage" in m:
+            pixels += f"; coverage {m['coverage']}"
+        if "distance" in m:
+            pixels += f"; centers {m['distance']:.2f} px from the query on average"
+        print(f"           {pixels}")
+        if "travel" in m:  # a trained run's heads against their start (measures.origins)
+            print(f"           travel (net distance from the start): mean {m['travel_mean']:.2f} px, "
+                  f"max {m['travel_max']:.2f} px; path (summed epoch to epoch) {m['path_mean']:.2f} px; "
+                  f"{m['travelled']} one-pixel heads moved 1 px or more")
+            print(f"           the start: nearest to {m['start_pixels']} distinct pixels; of the one-pixel heads' "
+                  f"{m['one_pixel']} pixels, {m['already_nearest']} were a head's nearest then "
+                  f"(chance, a fresh start's: {m['already_nearest_chance']:.1f}); {m['own_start']} one-pixel heads "
+                  f"sit on their own start's nearest pixel (chance, the start's pixels dealt at random: "
+                  f"{m['own_start_chance']:.1f})")
     out.mkdir(parents=True, exist_ok=True)
     (out / "measures.json").write_text(json.dumps(source | {"layers": found}, indent=1))
     return out / "measures.json"
