@@ -28,7 +28,7 @@ import torch
 import train as train_lib
 from data import Batches, DataError
 from model import count_parameters, model_from_config, paper_flops
-from records import kept_heads, load_checkpoint, model_from_checkpoint, run_name
+from records import is_pruned, kept_heads, load_checkpoint, model_from_checkpoint, run_name
 from runtime import (PRECISIONS, TrainingError, choose_precision, command_line, option, output_folder, parse_flags,
                      pick_device)
 
@@ -51,7 +51,13 @@ class Config:
 
 
 def head_measures(layer) -> dict:
-    """Per head: largest eigenvalue and condition number of Sigma^-1 (quadratic: 2 alpha I)."""
+    """A.1's two measures of each head of an attention layer, from the head's Sigma^-1 (eq. 16).
+
+    `layer`: a SelfAttention2d whose `encoding` is a Gaussian (`inv_cov` [heads, 2, 2], S S^T) or a
+    Quadratic (`alpha` [heads]: eq. 15's logit is eq. 16's with Sigma^-1 = 2 alpha I). Returns
+    {"largest eigenvalue": [heads], "condition": [heads]}, float64 tensors without gradient, head h
+    at index h. The condition number is the largest eigenvalue over the smallest. It is inf where
+    Sigma^-1 is singular: a smallest eigenvalue of 0, or below 0 by round-off (Sigma^-1 = 0 too)."""
     enc = layer.encoding
     inv_cov = enc.inv_cov if hasattr(enc, "inv_cov") else 2 * enc.alpha[:, None, None] * torch.eye(2, device=enc.alpha.device)
     eig = torch.linalg.eigvalsh(inv_cov.detach().double())  # ascending, [heads, 2]
@@ -61,7 +67,12 @@ def head_measures(layer) -> dict:
 
 
 def degenerate_heads(model, cfg: Config) -> list:
-    """Per layer, the indices of the heads to prune."""
+    """A.1's rule: for each layer of `model.attention_layers`, the indices of the heads to prune.
+
+    A head goes when its largest eigenvalue of Sigma^-1 is below `cfg.eigenvalue_below` (it attends
+    to every pixel alike), or when its condition number is above `cfg.condition_above` (a thin
+    stripe), both as head_measures gives them. Returns a list per layer of ints, ascending; [] where
+    no head goes."""
     pruned = []
     for layer in model.attention_layers:
         m = head_measures(layer)
@@ -71,7 +82,15 @@ def degenerate_heads(model, cfg: Config) -> list:
 
 
 def remove_heads(model, config: dict, pruned: list):
-    """A new model without the pruned heads: their encoding entries and W_out input blocks go."""
+    """A new model without the pruned heads: (small, heads), `model` left as it was.
+
+    `model`: the SelfAttentionNet that the run's `config` (a dict) describes. `pruned`: per layer,
+    the heads to remove, as degenerate_heads gives them. `heads[i]` is layer i's head count less its
+    pruned heads; `small` is model.model_from_config(config with heads=heads). It holds `model`'s
+    weights less each pruned head's: its entry of every encoding parameter (the head is their first
+    dimension) and its block of `dim` input columns of W_out = Linear(heads * dim, dim), eq. 11's
+    W^(h). W_out's bias stays, and the kept heads keep their order. The weights are named
+    blocks.{i}.attention.encoding.NAME and blocks.{i}.attention.W_out.weight in a state_dict."""
     heads = [layer.heads - len(p) for layer, p in zip(model.attention_layers, pruned)]
     small = model_from_config(config | dict(heads=heads))
     state = model.state_dict()
@@ -85,6 +104,8 @@ def remove_heads(model, config: dict, pruned: list):
     small.load_state_dict(state)
     return small, heads
 
+
+# ---- the command: what cannot be judged, the report, saving and fine-tuning -----------------
 
 def check_prunable(config: dict, path: Path):
     if config["encoding"] not in ("gaussian", "quadratic"):
@@ -135,7 +156,13 @@ def prune(cfg: Config):
     directory, or None when no head is degenerate."""
     checkpoint, path = load_checkpoint(cfg.checkpoint)
     config = checkpoint["config"]
-    out = output_folder(cfg.out, f"runs/{run_name(path)}-pruned")
+    default = f"runs/{run_name(path)}-pruned"
+    saved = Path(cfg.out or default)
+    if is_pruned(saved) and (saved / "checkpoint.pt").exists() and not (saved / "config.json").exists():
+        # saved by --no-finetune: train.py --resume there would start its whole fine-tuning
+        raise ValueError(f"{saved} holds a run (checkpoint.pt, kept_heads.json): a model that prune.py pruned "
+                         f"and saved, not fine-tuned; choose another --out for a new one, or delete {saved}")
+    out = output_folder(cfg.out, default)
     check_prunable(config, path)
     model = model_from_checkpoint(checkpoint)
     pruned = degenerate_heads(model, cfg)

@@ -1483,6 +1483,20 @@ def test_prune_refuses_what_it_cannot_judge(gaussian_run, tmp_path):
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "all.pt"), finetune=False))
 
 
+def test_a_second_prune_into_its_unfinetuned_folder_never_offers_to_start_the_fine_tuning(gaussian_run, tmp_path):
+    """Day 4's --no-finetune twice into one folder: train.py --resume there would start the saved fine-tuning,
+    so the refusal names the pruned model and the ways out, not --resume; the folder is left as it was."""
+    cfg = prune_lib.Config(checkpoint=str(degenerate_checkpoint(gaussian_run, tmp_path / "ckpt.pt")), finetune=False,
+                           out=str(tmp_path / "pruned"), device="cpu")
+    out = prune_lib.prune(cfg)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    with pytest.raises(ValueError, match=r" holds a run \(checkpoint.pt, kept_heads.json\): a model that prune.py "
+                                         r"pruned and saved, not fine-tuned; choose another --out") as refusal:
+        prune_lib.prune(cfg)
+    assert "--resume" not in str(refusal.value) and str(refusal.value).endswith(f"or delete {out}")
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
 def degenerate_checkpoint(gaussian_run, path: Path) -> Path:
     """The Gaussian run's checkpoint with one head made uniform, saved as a bare file."""
     checkpoint, _ = records.load_checkpoint(gaussian_run)
