@@ -10,9 +10,9 @@ Read it top to bottom. First the settings (`Config`, A.4's defaults), the optimi
 schedule. Then one epoch of training, `train_epoch`: forward, loss, backward, step. Then
 evaluation and the checkpoint. Last, `main`: data, model, optimizer, schedule, resume, and the
 loop over epochs. The loop saves a checkpoint after each evaluation and at a Ctrl-C.
-Below the `# ----` line: the presets and the checks of the flags. records.py and runtime.py
-hold what a long run needs besides (its files, progress, signals, the process); no line
-there computes a step.
+Below the `# ----` line: how a run starts (its folder, resume, precision, processes), the
+presets and the checks of the flags. records.py and runtime.py hold what a long run needs
+besides (its files, progress, signals, the process); no line there computes a step.
 """
 import contextlib
 import math
@@ -237,30 +237,12 @@ def load_data(cfg: Config) -> tuple:
 
 def main(cfg: Config, model=None) -> dict:
     """A.4 from start to end: trains `model` (default: the one cfg describes) and returns the
-    last epoch's metrics."""
+    last epoch's metrics. `start` (below the line) settles the run's folder, its resume and its
+    precision, and the processes of a multi-GPU run."""
     check_config(cfg)
-    device = pick_device(cfg.device)
-    with processes(device) as (rank, world):  # (0, 1) unless started by torchrun
-        if cfg.resume:  # a resumed run continues with its own settings, in its own folder
-            checkpoint, path = load_checkpoint(cfg.resume)
-            if path.name != "checkpoint.pt":  # its folder would receive the logs of a run it does not hold
-                raise ValueError(f"--resume {cfg.resume}: give a run folder (or its checkpoint.pt)")
-            cfg = replace(Config(**checkpoint["config"]), resume=cfg.resume, device=cfg.device, out=str(path.parent))
-            reason = f"{cfg.precision}: as the run started"
-            if checkpoint["epoch"] >= cfg.epochs:
-                print(f"{cfg.out} finished its {cfg.epochs} epoch{'s' * (cfg.epochs > 1)} (final test accuracy "
-                      f"{checkpoint['metrics'][-1]['test_acc']:.4f}); nothing to do. To train longer, start a new "
-                      "run: the schedule is fixed by --epochs.")
-                return checkpoint["metrics"][-1]
-        else:
-            checkpoint = None
-            cfg = replace(cfg, out=str(output_folder(cfg.out, f"runs/{cfg.encoding}-{cfg.preset}")))
-            precision, reason = decide_precision(cfg.precision, device, world)  # kept by the checkpoint
-            cfg = replace(cfg, precision=precision)
-        if cfg.batch_size % world:
-            raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
-        if device.type == "cuda" and cfg.precision == "fp32":
-            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 tensor cores, on Ampere and newer
+    with start(cfg) as (cfg, checkpoint, reason, device, rank, world):
+        if checkpoint and checkpoint["epoch"] >= cfg.epochs:  # a finished run: nothing to train
+            return checkpoint["metrics"][-1]
 
         # data: shuffled batches with random crops of the 4-px padded image and flips (the authors' code),
         # made on the device; with several processes, each takes its share of every batch
@@ -287,10 +269,10 @@ def main(cfg: Config, model=None) -> dict:
         sums = torch.zeros(3, dtype=torch.float64, device=device)  # this epoch so far: loss sum, correct, images
         if checkpoint:
             restore(checkpoint, model, optimizer, schedule, scaler, sums, run)
-        net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
-        net = compiled(net, cfg.compile) if cfg.compile else net  # --compile: fused kernels, the same function
+        net = wrapped(model, cfg, world)  # several processes: DistributedDataParallel; --compile: fused kernels
         run.begin(optimizer, len(train_set.labels), len(test_set.labels))  # config.json, the logs, the first lines
 
+        # A.4's loop: an epoch of SGD steps, then the test set and a checkpoint
         checkpoint_path = Path(cfg.out) / "checkpoint.pt"
         with StopSignal(device, world, rank == 0) as stop:  # Ctrl-C, SIGTERM: a flag read between batches
             for epoch in range(run.epoch, cfg.epochs):
@@ -301,14 +283,10 @@ def main(cfg: Config, model=None) -> dict:
                         save_checkpoint(checkpoint_path, model, cfg, run, optimizer, schedule, scaler, sums)
                     run.stopped()
                     raise Stop(stop.signum)
-                for buffer in model.buffers() if world > 1 else ():  # BatchNorm statistics: rank 0's for all
-                    dist.broadcast(buffer, 0)
+                share_buffers(model, world)  # BatchNorm statistics: the first process's for all
                 tested = (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs  # evaluated and saved
                 test_sums = evaluate(net, test_batches.epoch(0), cfg.precision) if tested else sums.new_zeros(3)
-                epoch_sums = sums.clone()  # the epoch's totals, over every process
-                if world > 1:
-                    dist.all_reduce(epoch_sums)
-                    dist.all_reduce(test_sums)
+                epoch_sums, test_sums = summed(sums.clone(), world), summed(test_sums, world)  # over the processes
                 check_finite(epoch_sums[0], run)
                 run.end_epoch(epoch_sums, test_sums, optimizer.param_groups[0]["lr"])  # metrics.jsonl, heads.jsonl
                 sums.zero_()
@@ -317,7 +295,58 @@ def main(cfg: Config, model=None) -> dict:
         return run.finish()
 
 
-# ---- presets and the command line --------------------------------------------------------
+# ---- the run's start, its processes, presets and the command line -----------------------------
+
+@contextlib.contextmanager
+def start(cfg: Config):
+    """(cfg, checkpoint, reason, device, rank, world) for main: a new run's folder and precision,
+    or a resumed run's own settings and checkpoint (None for a new run); `reason` says why the
+    run computes in its precision. Inside the run's processes (runtime.processes: one, or those
+    torchrun started)."""
+    device = pick_device(cfg.device)
+    with processes(device) as (rank, world):  # (0, 1) unless started by torchrun
+        if cfg.resume:  # a resumed run continues with its own settings, in its own folder
+            checkpoint, path = load_checkpoint(cfg.resume)
+            if path.name != "checkpoint.pt":  # its folder would receive the logs of a run it does not hold
+                raise ValueError(f"--resume {cfg.resume}: give a run folder (or its checkpoint.pt)")
+            cfg = replace(Config(**checkpoint["config"]), resume=cfg.resume, device=cfg.device, out=str(path.parent))
+            reason = f"{cfg.precision}: as the run started"
+            if checkpoint["epoch"] >= cfg.epochs:
+                print(f"{cfg.out} finished its {cfg.epochs} epoch{'s' * (cfg.epochs > 1)} (final test accuracy "
+                      f"{checkpoint['metrics'][-1]['test_acc']:.4f}); nothing to do. To train longer, start a new "
+                      "run: the schedule is fixed by --epochs.")
+        else:
+            checkpoint = None
+            cfg = replace(cfg, out=str(output_folder(cfg.out, f"runs/{cfg.encoding}-{cfg.preset}")))
+            precision, reason = decide_precision(cfg.precision, device, world)  # kept by the checkpoint
+            cfg = replace(cfg, precision=precision)
+        if cfg.batch_size % world:
+            raise ValueError(f"--batch-size {cfg.batch_size} does not split over {world} processes")
+        if device.type == "cuda" and cfg.precision == "fp32":
+            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 tensor cores, on Ampere and newer
+        yield cfg, checkpoint, reason, device, rank, world
+
+
+def wrapped(model: nn.Module, cfg: Config, world: int) -> nn.Module:
+    """The model as the loop calls it: under DistributedDataParallel with several processes, and
+    under torch.compile with --compile. Checkpoints save the model itself."""
+    net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False) if world > 1 else model
+    return compiled(net, cfg.compile) if cfg.compile else net
+
+
+def share_buffers(model: nn.Module, world: int):
+    """Every process takes the first one's buffers (BatchNorm's running statistics) before evaluating."""
+    for buffer in model.buffers() if world > 1 else ():
+        dist.broadcast(buffer, 0)
+
+
+def summed(totals: torch.Tensor, world: int) -> torch.Tensor:
+    """Totals summed over every process, in place; alone, as they are."""
+    if world > 1:
+        dist.all_reduce(totals)
+    return totals
+
+
 
 PRESETS = {
     "paper": {},  # Appendix A.4 and the authors' code: the defaults above
