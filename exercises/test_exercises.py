@@ -101,10 +101,10 @@ def answer_numbers() -> set:
     found = set()
     for page in (ROOT / "exercises/answers").glob("*.md"):
         text = page.read_text()
-        found |= set(re.findall(r"\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", text))  # [-0.003, +0.011]
-        found |= set(re.findall(r"(?<![\w.])[-+]\d+\.\d{3,}(?!\d)", text))  # +0.004
-        found |= {f"p = {p}" for p in re.findall(r"p = (\d\.\d+)", text)}
-        found |= set(re.findall(r"(?<![\w.])0\.\d{4}(?!\d)", text))  # 0.4249
+        found |= set(re.findall(r"\[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", text))  # an interval [low, high]
+        found |= set(re.findall(r"(?<![\w.])[-+]\d+\.\d{3,}(?!\d)", text))  # a signed difference
+        found |= {f"p = {p}" for p in re.findall(r"p = (\d\.\d+)", text) if p != "0.05"}  # 0.05: a convention
+        found |= set(re.findall(r"(?<![\w.])0\.\d{4}(?!\d)", text))  # an accuracy to four decimals
     return found
 
 
