@@ -3,6 +3,7 @@
     python prune.py runs/gaussian-paper                       # prune, report, fine-tune 100 epochs
     python prune.py lab/results/fig2/deep6-e6-s0 --epochs 1   # a 6-layer CPU run: 2 uniform heads go
     python prune.py ckpt.pt --no-finetune                     # only report and save the pruned model
+    python prune.py lab/results/fig2/deep6-e6-s0 --epochs 1 --control   # also the unpruned model fine-tuned alike
 
 The pruned run goes to runs/NAME-pruned, or to --out; never into a folder that holds a run.
 NAME is the run's folder, or the checkpoint file's name without .pt.
@@ -20,7 +21,7 @@ rate divided by 10, as A.1 says. It runs 100 epochs, as the authors' code does; 
 The fine-tuning is a new run, in this machine's native precision (--precision auto), not the run's.
 """
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -42,6 +43,8 @@ class Config:
                                          "(the paper's text says 1e5; the authors' code used 1e3)")
     epochs: int = option(100, "fine-tuning epochs (the authors' code: 100; the paper: a few)")
     finetune: bool = option(True, "fine-tune after saving (--no-finetune: only report and save)")
+    control: bool = option(False, "also fine-tune the unpruned model the same way (epochs, lr, precision, seed) "
+                                  "into OUT-control: what the pruned model's fine-tuning is measured against")
     out: str = option("", "run directory of the pruned model (default runs/NAME-pruned)")
     device: str = option("auto", "auto: cuda, then mps, then cpu")
     precision: str = option("auto", "of the fine-tuning and the accuracies, as train.py's: auto is what this "
@@ -180,6 +183,7 @@ def prune(cfg: Config):
     finetune = train_lib.Config(**config | dict(heads=heads, lr=config["lr"] / 10, epochs=cfg.epochs,
                                                 out=str(out), resume="", device=cfg.device, precision=precision,
                                                 data_dir=cfg.data_dir or config["data_dir"]))
+    control = output_folder("", f"{out}-control") if cfg.control and cfg.finetune else None  # refused before any work
     out.mkdir(parents=True, exist_ok=True)
     train_lib.save_checkpoint(out / "checkpoint.pt", small, finetune)  # a starting point: no optimizer
     ids = [[i for h, i in enumerate(layer_ids) if h not in p] for layer_ids, p in zip(kept_heads(path.parent, model), pruned)]
@@ -190,10 +194,17 @@ def prune(cfg: Config):
         print(f"test accuracy {before[0]:.4f} -> {before[1]:.4f} pruned; fine-tuning {cfg.epochs} "
               f"epoch{'s' * (cfg.epochs != 1)} at lr {finetune.lr:g} in {reason}")
         after = train_lib.main(train_lib.Config(resume=str(out), device=cfg.device))["test_acc"]  # from the saved start
-        table_2([(run_name(path), before[0], count_parameters(model), paper_flops(model)),
-                 ("pruned", before[1], count_parameters(small), paper_flops(small)),
-                 (f"pruned, fine-tuned {cfg.epochs} epoch{'s' * (cfg.epochs != 1)}", after, count_parameters(small),
-                  paper_flops(small))])
+        epochs = f"fine-tuned {cfg.epochs} epoch{'s' * (cfg.epochs != 1)}"
+        rows = [(run_name(path), before[0], count_parameters(model), paper_flops(model)),
+                ("pruned", before[1], count_parameters(small), paper_flops(small)),
+                (f"pruned, {epochs}", after, count_parameters(small), paper_flops(small))]
+        if control:  # the unpruned model, fine-tuned as the pruned one was
+            control.mkdir(parents=True, exist_ok=True)
+            train_lib.save_checkpoint(control / "checkpoint.pt", model, replace(finetune, heads=config["heads"],
+                                                                               out=str(control)))
+            unpruned = train_lib.main(train_lib.Config(resume=str(control), device=cfg.device))["test_acc"]
+            rows.append((f"unpruned, {epochs} (control)", unpruned, count_parameters(model), paper_flops(model)))
+        table_2(rows)
     return out
 
 

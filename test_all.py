@@ -1441,15 +1441,23 @@ def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_ru
     (tmp_path / "run").mkdir()
     torch.save(checkpoint, tmp_path / "run" / "checkpoint.pt")
     monkeypatch.chdir(tmp_path)
-    prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu", precision="fp32"))
+    prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "run"), epochs=1, device="cpu", precision="fp32",
+                                     control=True))
     out = capsys.readouterr().out
     before, pruned = prune_lib.test_accuracy([model, records.model_from_checkpoint(
         records.load_checkpoint(tmp_path / "runs" / "run-pruned")[0])], finetune)  # its weights were fine-tuned since
     assert f"test accuracy {before:.4f} -> " in out and "fine-tuning 1 epoch at lr 0.005 in fp32: --precision" in out
     table = out[out.index("\nmodel ") + 1:].splitlines()
-    assert [line.split()[0] for line in table] == ["model", "run", "pruned", "pruned,"]
+    assert [line.split()[0] for line in table] == ["model", "run", "pruned", "pruned,", "unpruned,"]
     assert [int(line.split()[-2].replace(",", "")) for line in table[1:]] == [model_lib.count_parameters(model)] + [
-        model_lib.count_parameters(model) - 16 * 16 - 6] * 2
+        model_lib.count_parameters(model) - 16 * 16 - 6] * 2 + [model_lib.count_parameters(model)]
+    # the control: the unpruned model fine-tuned as the pruned one was, from the same weights, seed and batches
+    pruned_cfg, control_cfg = (json.loads((tmp_path / "runs" / f"run-pruned{end}" / "config.json").read_text())
+                               for end in ("", "-control"))
+    differ = {k for k in pruned_cfg if pruned_cfg[k] != control_cfg[k]} - {"out", "resume", "environment"}
+    assert differ == {"heads"} and control_cfg["heads"] == checkpoint["config"]["heads"]
+    assert float(table[-1].split()[-3]) == json.loads(
+        (tmp_path / "runs/run-pruned-control/metrics.jsonl").read_text().splitlines()[-1])["test_acc"]
 
 
 def test_prune_finetunes_in_what_this_machine_computes_not_what_the_run_trained_in(gaussian_run, tmp_path, monkeypatch):
