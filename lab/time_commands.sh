@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The commands README.md and exercises/ give, each timed alone: wall time and peak memory.
 #
-#   bash lab/time_commands.sh [OUT]      # default runs/commands; about 3 minutes on 2 cores
+#   bash lab/time_commands.sh [OUT]      # default runs/commands; about 6 minutes on 2 cores
 #
 # Each command's log, OUT/NAME.log: the command, what computed it (commit, torch, CPU and its
 # matrix-unit class, threads), its output, and /usr/bin/time -v's report (wall clock, maximum
 # resident set size). Run from the project's root with nothing else on the machine. Training
-# runs are timed in their own folders (train.log); the test suite in CI. Committed logs, per CPU
+# runs are timed in their own folders (train.log); the quick suite (-m "not slow") here, the whole one in CI. Committed logs, per CPU
 # class: lab/results/commands/ (AMD EPYC with AVX512-BF16), lab/results/commands/avx2/ (AVX2 only).
 set -u
 cd "$(dirname "$0")/.."
@@ -39,5 +39,6 @@ timed compare-day5-overlap python -m lab.compare lab/results/fig2/paper-e3-s0 la
   lab/results/fig2/overlap-e3-s2 --at 0 1500 --origins 1
 for day in 1 2 3 4 5; do
   run=(); [ "$day" = 3 ] && run=(--run lab/results/course/train-fp32-s0)
-  timed "check-day$day" python -m exercises.check "$day" --solutions "${run[@]}"
+  timed "check-day$day" python -m exercises.check "$day" "${run[@]}"
 done
+timed pytest-quick python -m pytest -q -p no:cacheprovider -m "not slow"
