@@ -395,12 +395,12 @@ def test_origins_say_which_one_pixel_pixels_the_start_already_held_and_what_chan
 
 def test_summed_position_lr_follows_the_schedule_of_the_run():
     config = dict(epochs=2, batch_size=100, subset=400, dataset="synthetic", lr=0.1, position_lr=10.0, warmup=0.25)
-    factor = train_lib.warmup_cosine(8, 0.25)  # 4 steps an epoch, 2 of warm-up
-    assert [factor(t) for t in (0, 1)] == [0.5, 1.0]
-    assert experiments.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx(
-        [0.0, 0.5, 1.5, sum(factor(t) for t in range(8))])
-    assert experiments.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx(
-        [0.1 * sum(factor(t) for t in range(8))])
+    # 4 steps an epoch, 8 in all, 2 of warm-up (1/2, 1), then (1 + cos(pi (t - 2) / 6)) / 2 for t = 2..7
+    factors = [0.5, 1.0, 1.0, (2 + 3**0.5) / 4, 0.75, 0.5, 0.25, (2 - 3**0.5) / 4]  # summing to 5
+    factor = train_lib.warmup_cosine(8, 0.25)
+    assert [factor(t) for t in range(8)] == pytest.approx(factors, abs=1e-12)
+    assert experiments.position_lr_sum(config, [0, 1, 2, 8]) == pytest.approx([0.0, 0.5, 1.5, 5.0])
+    assert experiments.position_lr_sum(config | dict(position_lr=1.0), [8]) == pytest.approx([0.5])
 
 
 def test_training_loss_between_logged_steps_is_recovered_from_the_running_means(tmp_path):
