@@ -1179,6 +1179,17 @@ def test_a_resumed_runs_logs_keep_the_lines_up_to_its_checkpoint(tmp_path):
     assert not (tmp_path / "absent.jsonl").exists()
 
 
+def test_an_epochs_record_divides_its_sums_into_losses_and_accuracies(tmp_path):
+    run = records.Run(tmp_path, small_config(tmp_path), nn.Linear(2, 2), torch.device("cpu"), 1, False, 6, "fp32")
+    run.progress = runtime.Progress(6, 12, 50, torch.device("cpu"), enabled=False)
+    run.start_epoch()
+    sums, test_sums = torch.tensor([690.0, 120.0, 300.0]).double(), torch.tensor([3200.0, 500.0, 2000.0]).double()
+    r = run.end_epoch(sums, test_sums, 0.04)  # float64 sums, as train.py's
+    assert (r["epoch"], r["train_loss"], r["train_acc"], r["test_loss"], r["test_acc"], r["lr"]) == (1, 2.3, 0.4, 1.6, 0.25, 0.04)
+    untested = run.end_epoch(sums, torch.zeros(3, dtype=torch.float64), 0.0)  # an epoch between evaluations
+    assert (untested["epoch"], untested["test_loss"], untested["test_acc"], untested["best_test_acc"]) == (2, None, None, 0.25)
+
+
 def alike(a, b) -> bool:
     """Nested dicts and lists equal, their tensors entry for entry."""
     if isinstance(a, dict):

@@ -80,7 +80,7 @@ BUGS = {
         (T + "test_a_resumed_runs_logs_keep_the_lines_up_to_its_checkpoint",)),
     "test loss and accuracy swapped": (
         "records.py", "test_loss, test_acc = (test_sums[:2] / test_sums[2])", "test_acc, test_loss = (test_sums[:2] / test_sums[2])",
-        (T + "test_end_to_end_attention_run_writes_everything",)),
+        (T + "test_an_epochs_record_divides_its_sums_into_losses_and_accuracies",)),
     # model.py and attention.py
     "space_to_depth with H and W swapped": (
         "model.py", "x = x.view(B, C, H // block, block, W // block, block)", "x = x.view(B, C, W // block, block, H // block, block)",
