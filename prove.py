@@ -1,6 +1,6 @@
 """Theorem 1 made numeric: multi-head self-attention with quadratic encoding is a convolution.
 
-    python prove.py [--out DIR]     # about 25 s on 2 CPU cores; the figure goes to runs/prove
+    python prove.py [--out DIR]     # the figure goes to runs/prove
 
 Section 3, Lemmas 1-2. From any K x K `nn.Conv2d` (stride 1, zero padding K//2) we build a
 layer of K^2 quadratic heads. Head h is centred on the kernel shift Delta^(h) (eq. 9). Its
@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import ENCODINGS, SelfAttention2d, kernel_shifts, set_grid, shift_table
-from measures import measures
 from runtime import command_line, option, output_folder, parse_flags
 
 
@@ -234,17 +233,16 @@ def attention_to_conv(layer: SelfAttention2d) -> AttentionAsConv:
 
 
 def converse_table():
-    """max |layer(X) - its convolutions(X)| for a random layer of every encoding (float64)."""
+    """max |layer(X) - its convolutions(X)| for a random layer of every encoding (float64). In a
+    course's copy, an encoding whose logits a later day writes is named, not computed."""
     print("Converse: a position-only layer as normalized convolutions, max |MHSA(X) - convs(X)| (float64)")
     x = torch.randn(2, 12, 10, 8).double()
     for name in ENCODINGS:
         layer = SelfAttention2d(8, heads=9, grid=(12, 10), encoding=name).double()
-        error = (attention_to_conv(layer)(x) - layer(x)).abs().max().item()
-        print(f"  {name:<11}{error:.1e}   at initialization: {measures_text(layer)}")
-
-
-def measures_text(layer) -> str:
-    return ", ".join(f"{k} {v:.3g}" for k, v in measures(layer).items())
+        try:
+            print(f"  {name:<11}{(attention_to_conv(layer)(x) - layer(x)).abs().max().item():.1e}")
+        except NotImplementedError as unwritten:  # raised by a function the course empties: "day N: ..."
+            print(f"  {name:<11}not written yet ({unwritten})")
 
 
 # ---- the figure and the command line ----------------------------------------------------------

@@ -50,6 +50,7 @@ import train as train_lib
 import visualize as viz
 import measures
 from attention import ENCODINGS, FastSelfAttention2d, SelfAttention2d
+from exercises.students_copy import ANSWERS
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -1998,6 +1999,8 @@ def test_every_command_in_the_readme_runs_as_written():
 def test_the_students_path_is_at_most_1000_lines_with_the_training_loop_whole_in_train_py():
     """README's reading order, each file to its first `# ----` line, holds the paper's path in at most 1,000
     lines, and train.py's part holds the whole loop: epochs, forward, loss, backward, step, evaluation, checkpoint."""
+    if not (README.parent / "exercises/answers").is_dir():
+        pytest.skip("a students' copy: the reading path holds the student's own code, of any length")
     path = ["attention.py", "prove.py", "model.py", "data.py", "train.py"]
     order = README.read_text().split("**Read in the paper's order,**")[1].split("then")[0]
     assert re.findall(r"`(\w+\.py)`", order) == path
@@ -2017,5 +2020,5 @@ def test_the_readme_is_the_students_page():
     assert sum(max(1, math.ceil(len(line) / 110)) for line in text.splitlines()) <= 100
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(figures) >= 4
-    for link in re.findall(r"\]\(([^)#]+)", text):
-        assert link.startswith("https://") or (README.parent / link).exists(), link
+    for link in re.findall(r"\]\(([^)#]+)", text):  # a students' copy leaves the notebook out
+        assert link.startswith("https://") or (README.parent / link).exists() or link in ANSWERS, link

@@ -22,7 +22,7 @@ from scipy.stats import norm
 import attention
 import measures
 import train
-from exercises.check import Item
+from exercises.check import Item, Missing
 from records import load_checkpoint, model_from_checkpoint
 
 WRITE = {"train.py": ("warmup_cosine",),
@@ -164,23 +164,19 @@ def drawn_held(pixels, heads: int, std: float, draws: int = 200_000) -> float:
 
 
 # ---- your run ----------------------------------------------------------------------------------
-class NoRun(NotImplementedError):
-    """The run the items need is not there yet, or is not day 3's command run to its end: a FAIL."""
-
-
 @functools.lru_cache(maxsize=2)
 def read_run(run: str) -> tuple:
     """(the model now, the first heads.jsonl snapshot, the checkpoint's weights) of a run of day 3's
     command, read once for all the items (none changes them)."""
     if not run:
-        raise NoRun("no run given: train with day 3's command (exercises/day3_training.md), then add --run RUN_FOLDER")
+        raise Missing("no run given: train with day 3's command (exercises/day3_training.md), then add --run RUN_FOLDER")
     checkpoint, path = load_checkpoint(run)
     config = checkpoint["config"]
     differs = {k: config.get(k) for k, v in COMMAND.items() if config.get(k) != v}
     if differs:
-        raise NoRun(f"{run} is not a run of day 3's command: {differs}")
+        raise Missing(f"{run} is not a run of day 3's command: {differs}")
     if checkpoint["epoch"] < config["epochs"]:
-        raise NoRun(f"{run} has trained {checkpoint['epoch']} of {config['epochs']} epochs: resume it first")
+        raise Missing(f"{run} has trained {checkpoint['epoch']} of {config['epochs']} epochs: resume it first")
     start = json.loads((path.parent / "heads.jsonl").read_text().splitlines()[0])
     return model_from_checkpoint(checkpoint).eval(), start, checkpoint["model"]
 

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = Path(os.environ.get("CLAIMS_README", ROOT / "README.md"))
 NOTEBOOK = Path(os.environ.get("CLAIMS_RESULTS", ROOT / "lab" / "RESULTS.md"))
 EXERCISES = Path(os.environ.get("CLAIMS_EXERCISES", ROOT / "exercises"))
+if not NOTEBOOK.exists():  # a students' copy leaves the notebook out: it answers the week's questions
+    pytest.skip("lab/RESULTS.md is not in a students' copy", allow_module_level=True)
 
 TAG = re.compile(r"<!--\s*claims?:\s*([\w, ]+?)\s*-->")
 TIME = re.compile(r"(\d+) min (\d+) s\b|(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?) (min|minutes|s)\b|(\d+(?:\.\d+)?) s\b|(\d+) (?:min|minutes)\b")

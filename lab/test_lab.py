@@ -464,9 +464,16 @@ def test_central_query_maps_side_by_side_from_heads_jsonl(tmp_path):
 
 
 # ---- The notebook: every run it holds is cited, every command it shows is accepted -----------
+def notebook() -> str:
+    """lab/RESULTS.md's text; the test is skipped in a students' copy, which leaves the notebook out."""
+    path = ROOT / "lab" / "RESULTS.md"
+    if not path.exists():
+        pytest.skip("lab/RESULTS.md is not in a students' copy")
+    return path.read_text()
+
 
 def test_every_run_and_file_under_results_is_cited_by_the_documentation():
-    text = (ROOT / "README.md").read_text() + (ROOT / "lab" / "RESULTS.md").read_text()
+    text = (ROOT / "README.md").read_text() + notebook()
     cited = set()
     for token in re.findall(r"lab/results/[\w\-./*\[\]{},]+", text):
         token = re.sub(r"(?<=-s)S\b", "*", token.rstrip(".,)"))  # seed placeholder: -sS
@@ -480,6 +487,7 @@ def test_every_run_and_file_under_results_is_cited_by_the_documentation():
 
 
 def test_every_command_in_the_notebook_is_accepted_by_todays_code():
+    notebook()
     check_commands(ROOT / "lab" / "RESULTS.md", dict(bench=bench, compare=compare, lease=lease, prove=prove,
                                                      prune=prune_lib, visualize=viz, data=data_lib))
 
@@ -499,7 +507,7 @@ def test_a_runs_config_is_read_as_the_model_it_built_never_refused():
 def notebook_compare_commands() -> list:
     """The arguments of every `python -m lab.compare` that lab/RESULTS.md writes, its globs expanded as
     a shell expands them; a loop `for r in RUNS; do python -m lab.compare $r ...; done`: one a run."""
-    text = (ROOT / "lab" / "RESULTS.md").read_text()
+    text = notebook()
     lines = {piece.strip() for block, span in re.findall(r"```[a-z]*\n(.*?)```|`([^`]+)`", text, re.S)
              for piece in (block.splitlines() if block else [span.replace("\n", " ")])
              if "python -m lab.compare" in piece}
