@@ -207,7 +207,8 @@ def layer_travel(model: nn.Module, snapshots: list, center_std: float) -> list:
 def nearest_pixels(start: dict) -> list:
     """Each head's nearest pixel at a snapshot: the integer shift (row, col) nearest to its center.
     start: a layer's snapshot of heads.jsonl, {"centers": [[row, col], ...] one a head, ...}.
-    Returns [(row, col), ...] in head order, Python ints."""
+    Returns [(row, col), ...] in head order, Python ints; a coordinate halfway between two integers
+    goes to the even one, as Python's round and torch.round take it."""
     return [tuple(int(v) for v in c) for c in torch.tensor(start["centers"]).round().tolist()]
 
 

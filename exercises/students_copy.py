@@ -1,6 +1,7 @@
 """The students' copy: the project with each day's functions emptied where they live, and no answer.
 
     python -m exercises.students_copy DEST       # from the project's root; DEST must not exist yet
+    python -m exercises.students_copy DEST --days 1 3   # only days 1 and 3 left to write (the others done)
     cd DEST && python -m exercises.check 1       # every item FAILs as "not written"
     cd DEST && python -m pytest -q               # passes: a test that reaches an unwritten function is skipped
 
@@ -139,6 +140,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("dest", help="the folder to create, outside this project")
+    parser.add_argument("--days", type=int, nargs="+", choices=sorted(DAYS), default=sorted(DAYS),
+                        help="the days whose functions the copy empties (default: all five)")
     args = parser.parse_args(argv)
     dest = Path(args.dest).resolve()
     if dest.exists():
@@ -147,8 +150,9 @@ def main(argv=None) -> int:
     if dest.is_relative_to(ROOT):
         print(f"{dest} is inside the project: give a folder outside {ROOT}")
         return 1
-    files = students_copy(dest)
-    print(f"wrote {dest}: {files} files, each day's functions emptied, without the answers, runs/ and data/")
+    files = students_copy(dest, days=args.days)
+    print(f"wrote {dest}: {files} files, the functions of days {', '.join(map(str, args.days))} emptied, "
+          "without the answers, runs/ and data/")
     print(f"check it: cd {dest} && python -m exercises.check 1")
     return 0
 
