@@ -34,6 +34,7 @@ timed compare-day5 python -m lab.compare lab/results/reviewer/learned-s0 lab/res
   lab/results/grid/start-a4-s0 lab/results/grid/start-a4-s1 lab/results/grid/start-a4-s2 --out "$out/day5"
 timed compare-day5-longer python -m lab.compare lab/results/longer/learned-e10-s0 lab/results/longer/learned-e10-s1 \
   lab/results/longer/learned-e10-s2 --measures locality_3x3
+timed compare-day5-mlp python -m lab.compare "lab/results/reviewer/learned-s*" "lab/results/reviewer/mlp-s*"
 timed compare-day5-overlap python -m lab.compare lab/results/fig2/paper-e3-s0 lab/results/fig2/paper-e3-s1 \
   lab/results/fig2/paper-e3-s2 lab/results/fig2/overlap-e3-s0 lab/results/fig2/overlap-e3-s1 \
   lab/results/fig2/overlap-e3-s2 --at 0 1500 --origins 1
