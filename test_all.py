@@ -1399,7 +1399,8 @@ def train_process(*args):
 
 def started(process) -> float:
     """Wait for the run's first line, printed when training begins; the time then."""
-    assert "process(es) ->" in process.stdout.readline()
+    line = process.stdout.readline()
+    assert "process(es) ->" in line, line or process.stderr.read()[-2000:]  # a run that died: its error
     return time.perf_counter()
 
 

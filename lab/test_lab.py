@@ -51,7 +51,9 @@ def test_the_gpu_command_times_the_modes_trains_in_the_fastest_that_agrees_and_a
     """A first call benches, chooses the mode and the epochs 60 s hold, and is stopped at its call's
     limit, saved; a second call continues the run to its end and benches nothing."""
     first = gpu_command(tmp_path, 60, 40)
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    bench = tmp_path / "modes.txt"  # a bench that failed: its error
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:] + (bench.read_text()[-2000:]
+                                                                                 if bench.exists() else "")
     modes = json.loads((tmp_path / "modes.json").read_text())
     rows = {r["mode"]: r for r in modes["rows"]}
     assert rows["reduce-overhead"]["error"] == "CUDA graphs need a CUDA device" and "losses" not in rows["reduce-overhead"]
