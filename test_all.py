@@ -1288,6 +1288,7 @@ def test_end_to_end_attention_run_writes_everything(tmp_path):
     assert (metrics[-1]["test_loss"], metrics[-1]["test_acc"]) == pytest.approx((loss / images, correct / images))
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_end_to_end_resnet18_learns_the_synthetic_set(tmp_path):
     """Seed 0 in fp32 reached test accuracy 0.3535 and test loss 1.553 (2 cores of an Intel Xeon, torch 2.13).
     The bound 0.3 leaves 5 standard errors of a 2000-image test set, sqrt(0.35 x 0.65 / 2000) = 0.011, for
@@ -1320,6 +1321,7 @@ def killed_after_epoch_1(monkeypatch, cfg):
 @pytest.mark.parametrize("precision, spread_hold, device", [("fp32", 0.0, "cpu"), ("bf16", 0.0, "cpu"), ("fp16", 0.0, "cpu"),
                                                            ("fp32", 0.7, "cpu"),
                                                            pytest.param("bf16", 0.0, "cuda", marks=on_gpu)])
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_resume_after_an_epoch_is_bit_identical(tmp_path, monkeypatch, capsys, precision, spread_hold, device):
     kw = dict(precision=precision, spread_hold=spread_hold, device=device)
     train_lib.main(small_config(tmp_path / "a", **kw))
@@ -1619,6 +1621,7 @@ def test_prune_saves_a_checkpoint_that_loads_and_finetunes(gaussian_run, tmp_pat
         prune_lib.prune(prune_lib.Config(checkpoint=str(tmp_path / "ckpt.pt"), finetune=False, out=str(out)))
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_prune_reports_accuracy_before_and_after_in_table_2s_columns(gaussian_run, tmp_path, capsys, monkeypatch):
     checkpoint, _ = records.load_checkpoint(gaussian_run)
     finetune = train_lib.Config(**checkpoint["config"])
@@ -1707,6 +1710,7 @@ def script(name: str, *args, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_every_command_writes_under_runs_named_after_its_input_and_never_into_a_run(gaussian_run, tmp_path):
     ckpt = degenerate_checkpoint(gaussian_run, tmp_path / "ckpt.pt")
     result = script("prune", ckpt, "--no-finetune", cwd=tmp_path)  # a bare checkpoint file
@@ -1915,6 +1919,7 @@ def test_cuda_graphs_without_cuda_are_refused_in_one_line_before_a_run_folder(tm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_evaluation_and_checkpoints_every_few_epochs_and_ctrl_c_still_saves_and_resumes_bit_identical(tmp_path,
                                                                                                         monkeypatch):
     """--eval-every 2 over 3 epochs: evaluated and saved after epochs 2 and 3 (the last); epoch 1's

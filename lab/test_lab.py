@@ -164,6 +164,7 @@ def test_bench_flushes_subnormals_in_every_thread():
     assert flushes_subnormals("lab.bench")
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_bench_writes_each_table_as_it_finishes(tmp_path, monkeypatch):
     written = []
     real_dump = json.dump
@@ -174,6 +175,7 @@ def test_bench_writes_each_table_as_it_finishes(tmp_path, monkeypatch):
     assert len(written) == 4 and written == sorted(written) and written[0] > 0
 
 
+@pytest.mark.slow  # it trains or times training: seconds to a minute on 2 cores
 def test_bench_quick_measures_every_encoding(monkeypatch):
     threads = torch.get_num_threads()
     monkeypatch.setattr(bench, "choose_precision", lambda device: ("bf16", "bf16: faked"))
