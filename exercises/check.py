@@ -97,8 +97,8 @@ def evaluate(item: Item) -> tuple:
 
 def day_checks(day: int):
     """The module exercises/dayN_check.py: its `items(run)`, `WRITE` and `STRETCH` (the functions
-    the day writes and its stretch goals', {file: qualified names}) and `MISTAKES` (plausible
-    mistakes, each planted in a copy by exercises/test_exercises.py)."""
+    the day writes and its stretch goals', {file: qualified names}). Its plausible mistakes are the
+    instructors' (exercises/answers/mistakes.py), planted in a copy by exercises/test_exercises.py."""
     return importlib.import_module(f"exercises.day{day}_check")
 
 

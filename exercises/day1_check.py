@@ -147,26 +147,3 @@ def items(run: str) -> list:
                        "1 - 1 / theta^2 rounds to 0 in float64 where the mass is below 1e-16: compute the mass off "
                        "the center directly, from the terms with n != 0"))
     return checks
-
-
-# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
-MISTAKES = {
-    "logits' sign flipped": ("attention.py", "return -self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)",
-                             "return self.alpha.view(-1, *[1] * (delta.dim() - 1)) * (d**2).sum(-1)"),
-    "center added, not subtracted": ("attention.py",
-                                     "d = delta[None] - self.centers.view(-1, *[1] * (delta.dim() - 1), 2)\n"
-                                     "        return -self.alpha",
-                                     "d = delta[None] + self.centers.view(-1, *[1] * (delta.dim() - 1), 2)\n"
-                                     "        return -self.alpha"),
-    "P transposed in forward": ("attention.py", 'torch.einsum("bhqk,bkd->bqhd"', 'torch.einsum("bhkq,bkd->bqhd"'),
-    "heads interleaved in the concatenation": ("attention.py", 'torch.einsum("bhqk,bkd->bqhd"',
-                                               'torch.einsum("bhqk,bkd->bqdh"'),
-    "the kernel flipped": ("prove.py", "rows = torch.arange(kh, device=weight.device) - kh // 2",
-                           "rows = kh // 2 - torch.arange(kh, device=weight.device)"),
-    "kernel rows and columns swapped": ("prove.py", "centers = torch.cartesian_prod(rows, cols)",
-                                        "centers = torch.cartesian_prod(cols, rows)"),
-    "W^(h) blocks in the wrong order": ("prove.py", ".permute(0, 2, 1).reshape(C_out, -1)", ".reshape(C_out, -1)"),
-    "theta over n >= 0 only": ("prove.py", "off = 4 * tail + 4 * tail * tail", "off = 2 * tail + tail * tail"),
-    "one axis only": ("prove.py", "off = 4 * tail + 4 * tail * tail", "off = 2 * tail"),
-    "1 - 1 / theta^2 in float64": ("prove.py", "return off / (1 + off)", "return 1 - 1 / (1 + off)"),
-}

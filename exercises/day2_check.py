@@ -232,35 +232,3 @@ def items(run: str) -> list:
         checks.append(Item(f"model.paper_flops in billions = {row}, {paper}B, to its rounding",
                            lambda n=name: flops_of(n) / 1e9, paper, 0.05, hint_flops))
     return checks
-
-
-# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
-MISTAKES = {
-    "space_to_depth: H and W swapped": ("model.py", "x = x.view(B, C, H // block, block, W // block, block)",
-                                        "x = x.view(B, C, W // block, block, H // block, block)"),
-    "space_to_depth: the colors outer": ("model.py", "x.permute(0, 2, 4, 3, 5, 1)", "x.permute(0, 2, 4, 1, 3, 5)"),
-    "space_to_depth: the block read (col, row)": ("model.py", "x.permute(0, 2, 4, 3, 5, 1)",
-                                                  "x.permute(0, 2, 4, 5, 3, 1)"),
-    "Block: pre-LN": ("model.py",
-                      "x = self.norm1(x + self.dropout(self.attention_out(self.attention(x))))  # [B, H, W, dim]\n"
-                      "        return self.norm2(x + self.dropout(self.ffn(x)))",
-                      "x = x + self.dropout(self.attention_out(self.attention(self.norm1(x))))  # [B, H, W, dim]\n"
-                      "        return x + self.dropout(self.ffn(self.norm2(x)))"),
-    "Block: attention_out skipped": ("model.py", "self.dropout(self.attention_out(self.attention(x)))",
-                                     "self.dropout(self.attention(x))"),
-    "Block: dropout on the sum": ("model.py", "return self.norm2(x + self.dropout(self.ffn(x)))",
-                                  "return self.norm2(self.dropout(x + self.ffn(x)))"),
-    "forward: the image read transposed": ("model.py", "x = self.embed(space_to_depth(images))",
-                                           "x = self.embed(space_to_depth(images.transpose(2, 3)))"),
-    "forward: the last block skipped": ("model.py", "for block in self.blocks:\n            x = block(x)",
-                                        "for block in self.blocks[:-1]:\n            x = block(x)"),
-    "forward: the mean over the wrong axes": ("model.py", "self.classifier(x.mean(dim=(1, 2)))",
-                                              "self.classifier(x.mean(dim=(0, 1)))"),
-    "forward: the classifier before the mean": ("model.py", "self.classifier(x.mean(dim=(1, 2)))",
-                                                "self.classifier(x).mean(dim=(1, 2))"),
-    "paper_flops: a Linear counted once per image": (
-        "model.py", "macs.append(out.numel() * (m.in_features if isinstance(m, nn.Linear) else m.weight[0].numel()))",
-        "macs.append(m.in_features * m.out_features if isinstance(m, nn.Linear) else out.numel() * m.weight[0].numel())"),
-    "paper_flops: a conv's every weight per output": ("model.py", "else m.weight[0].numel()))", "else m.weight.numel()))"),
-    "paper_flops: multiply-adds, not 2 x": ("model.py", "return 2 * sum(macs)", "return sum(macs)"),
-}

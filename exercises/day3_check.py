@@ -294,34 +294,3 @@ def items(run: str) -> list:
              from_run(run, start_held), 0, 0, "a pixel is held when it is some head's nearest pixel at step 0"),
     ]
     return checks
-
-
-# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
-MISTAKES = {
-    "the warm-up counted from 0 (step / w)": ("train.py", "return (step + 1) / w", "return step / w"),
-    "the warm-up ending a step late": ("train.py", "if step < w:\n            return (step + 1) / w",
-                                       "if step <= w:\n            return (step + 1) / w"),
-    "the cosine counted from step 0": ("train.py", "min(1.0, (step - w) / max(1, total_steps - w))",
-                                       "min(1.0, step / max(1, total_steps - w))"),
-    "the cosine spread over every step": ("train.py", "min(1.0, (step - w) / max(1, total_steps - w))",
-                                          "min(1.0, (step - w) / total_steps)"),
-    "the hold compared as a fraction": ("train.py", "if step < held:", "if step < hold:"),
-    "the query off by one on an even grid": ("measures.py", "(k // W - H // 2, k % W - W // 2)",
-                                             "(k // W - (H - 1) // 2, k % W - (W - 1) // 2)"),
-    "the shift as query - key": ("measures.py", "(k // W - H // 2, k % W - W // 2)",
-                                 "(H // 2 - k // W, W // 2 - k % W)"),
-    "the flat index split by H": ("measures.py", "(k // W - H // 2, k % W - W // 2)",
-                                  "(k // H - H // 2, k % H - W // 2)"),
-    "> for >=": ("measures.py", "if v >= mass}", "if v > mass}"),
-    "the mass given ignored": ("measures.py", "if v >= mass}", "if v >= ONE_PIXEL}"),
-    "centers truncated by int()": ("measures.py", 'for c in torch.tensor(start["centers"]).round().tolist()',
-                                   'for c in torch.tensor(start["centers"]).tolist()'),
-    "centers floored": ("measures.py", 'for c in torch.tensor(start["centers"]).round().tolist()',
-                        'for c in torch.tensor(start["centers"]).floor().tolist()'),
-    "the erf's argument without sqrt 2": ("measures.py", "scale = center_std * math.sqrt(2)", "scale = center_std"),
-    "the variance for the standard deviation": ("measures.py", "scale = center_std * math.sqrt(2)",
-                                                "scale = center_std**2 * math.sqrt(2)"),
-    "a pixel given twice counted twice": ("measures.py", "for row, col in set(pixels))", "for row, col in pixels)"),
-    "heads * q for 1 - (1 - q)^heads": ("measures.py", "1 - (1 - mass(row) * mass(col)) ** heads",
-                                        "heads * mass(row) * mass(col)"),
-}

@@ -190,8 +190,8 @@ def network(encoding: str) -> tuple:
     torch.manual_seed(7)
     model = model_from_config(config)
     with torch.no_grad():
-        for layer in model.attention_layers:
-            layer.encoding.centers.normal_(0, 2)  # heads that differ
+        for attention in model.attention_layers:
+            attention.encoding.centers.normal_(0, 2)  # heads that differ
     return model, config
 
 
@@ -302,31 +302,3 @@ def items(run: str) -> list:
     checks.append(Item("prune.remove_heads on deep6-e6-s0 less prune.log's heads: parameters (prune.log: 340,966)",
                        deep6_parameters, 340_966.0, 0.0, hint_remove))
     return checks
-
-
-# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
-MISTAKES = {
-    "alpha I for 2 alpha I": ("prune.py", 'else 2 * enc.alpha[:, None, None] * torch.eye(2',
-                              'else enc.alpha[:, None, None] * torch.eye(2'),
-    "eigvalsh read as descending: the smallest eigenvalue judged": (
-        "prune.py", "largest, smallest = eig[:, 1], eig[:, 0].clamp(min=0)",
-        "largest, smallest = eig[:, 0], eig[:, 1].clamp(min=0)"),
-    "the diagonal for the eigenvalues": ("prune.py", "eig = torch.linalg.eigvalsh(inv_cov.detach().double())",
-                                         "eig = inv_cov.detach().double().diagonal(dim1=-2, dim2=-1).sort(-1).values"),
-    "a singular Sigma^-1's condition left as largest / smallest": (
-        "prune.py", "condition = torch.where(smallest > 0, largest / smallest, torch.inf)",
-        "condition = largest / smallest"),
-    "<= for < on the largest eigenvalue": ("prune.py", '(m["largest eigenvalue"] < cfg.eigenvalue_below)',
-                                           '(m["largest eigenvalue"] <= cfg.eigenvalue_below)'),
-    ">= for > on the condition number": ("prune.py", '(m["condition"] > cfg.condition_above)',
-                                         '(m["condition"] >= cfg.condition_above)'),
-    "the paper's 1e5 for cfg.condition_above": ("prune.py", '(m["condition"] > cfg.condition_above)',
-                                                '(m["condition"] > 1e5)'),
-    "the encoding's rows not removed": ("prune.py", 'state[prefix + "encoding." + name] = p.detach()[keep]',
-                                        'state[prefix + "encoding." + name] = p.detach()'),
-    "the first heads' W_out blocks kept": ("prune.py", "W[:, keep].reshape(", "W[:, :len(keep)].reshape("),
-    "W_out's columns read as [dim, heads]": (
-        "prune.py", "view(layer.W_out.out_features, layer.heads, layer.dim)",
-        "view(layer.W_out.out_features, layer.dim, layer.heads)"),
-    "the pruned heads kept, the others removed": ("prune.py", "if h not in drop])", "if h in drop])"),
-}

@@ -176,35 +176,3 @@ def items(run: str) -> list:
                          ("difference", "low", "high", "p")), 0.0, 1e-10,
              "the same function on 3 and 3 numbers: mean(a) - mean(b), a the learned runs"),
     ]
-
-
-# Plausible mistakes, each planted in a copy of the library (exercises/test_exercises.py): (file, text, mistake).
-MISTAKES = {
-    "sines and cosines interleaved": ("attention.py", "return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]",
-                                      "return torch.stack([angle.sin(), angle.cos()], dim=2).flatten(1)[:, :dim]"),
-    "the table's shifts from 0": ("attention.py", "shift = torch.arange(-(n - 1), n).float()[:, None]",
-                                  "shift = torch.arange(2 * n - 1).float()[:, None]"),
-    "the last sine dropped for an odd dim": ("attention.py",
-                                             "return torch.cat([angle.sin(), angle.cos()], dim=1)[:, :dim]",
-                                             "return torch.cat([angle.sin()[:, :dim // 2], angle.cos()], dim=1)"),
-    "omega without the factor 2": ("attention.py", "freq = 10000 ** (-torch.arange(0, dim, 2).float() / dim)",
-                                   "freq = 10000 ** (-torch.arange((dim + 1) // 2).float() / dim)"),
-    "delta read as query - key": ("attention.py", "index = delta.long() + self.grid[axis] - 1",
-                                  "index = self.grid[axis] - 1 - delta.long()"),
-    "the shift indexes from 0": ("attention.py", "index = delta.long() + self.grid[axis] - 1", "index = delta.long()"),
-    "the rows' n for both axes": ("attention.py", "index = delta.long() + self.grid[axis] - 1",
-                                  "index = delta.long() + self.grid[0] - 1"),
-    "row and column tables swapped": ("attention.py", "(self.r_row, self.r_col)[axis] @",
-                                      "(self.r_col, self.r_row)[axis] @"),
-    "row and column halves of v swapped": ("attention.py", "@ (self.v_row, self.v_col)[axis].T",
-                                           "@ (self.v_col, self.v_row)[axis].T"),
-    "Student's pooled df": ("lab/experiments.py",
-                            "df = (v_a + v_b) ** 2 / (v_a**2 / (x.size - 1) + v_b**2 / (y.size - 1))",
-                            "df = x.size + y.size - 2.0"),
-    "population variance": ("lab/experiments.py", "x.var(ddof=1) / x.size, y.var(ddof=1) / y.size",
-                            "x.var() / x.size, y.var() / y.size"),
-    "a one-sided p-value": ("lab/experiments.py", "p = 2 * stats.t.sf(np.abs(d) / se, df)",
-                            "p = stats.t.sf(np.abs(d) / se, df)"),
-    "the normal quantile": ("lab/experiments.py", "half = stats.t.ppf(0.975, df) * se",
-                            "half = stats.norm.ppf(0.975) * se"),
-}

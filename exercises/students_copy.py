@@ -8,7 +8,8 @@
 Each day's functions (WRITE and STRETCH in exercises/dayN_check.py, by file) keep their name,
 signature and docstring. Their body becomes `raise NotImplementedError("day N: exercises/dayN_....md")`,
 so `python prove.py` and `python train.py` run the student's code once it is written.
-The copy leaves out the answers (exercises/answers/, with the instructors' page, and lab/RESULTS.md),
+The copy leaves out the answers (exercises/answers/, with the instructors' page and the planted mistakes,
+lab/RESULTS.md, and lab/test_planted.py, whose bugs quote the solution),
 version control, caches, `runs/` and `data/`. The committed runs under lab/results/ stay: they are data.
 
 `scratch_copy` and `plant` serve the tests: a copy with one mistake planted in the library.
@@ -25,7 +26,7 @@ from exercises.check import DAYS, day_checks
 ROOT = Path(__file__).resolve().parent.parent
 LEFT_OUT_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".benchmarks", ".whl"}
 LEFT_OUT_AT_ROOT = {"runs", "data"}
-ANSWERS = ("exercises/answers", "lab/RESULTS.md")  # what only an instructor reads
+ANSWERS = ("exercises/answers", "lab/RESULTS.md", "lab/test_planted.py")  # what only an instructor reads: answers, solutions' text
 
 
 def holes(day: int) -> dict:

@@ -5,11 +5,13 @@ a students' copy (`python -m exercises.students_copy DEST`) empties them and hol
   is skipped as unwritten.
 - In a students' copy every required item FAILs as "not written" and every stretch item SKIPs;
   with day 1 written, day 1 passes and the tests that reach day 2's functions are skipped.
-- Each check catches the plausible mistakes of its day's MISTAKES, planted in a copy of the library.
+- Each check catches the plausible mistakes of its day (exercises/answers/mistakes.py), planted in a copy
+  of the library.
 - A check's own crash is an ERROR, never the student's FAIL.
 - The copy holds no answer's number; no handout names a file the copy lacks, or the answers.
 What needs the project's own functions (written as the project writes them) skips in a students' copy.
 """
+import ast
 import glob
 import json
 import re
@@ -21,7 +23,7 @@ import pytest
 
 import attention
 from exercises.check import DAYS, Item, check, day_checks, evaluate
-from exercises.students_copy import ANSWERS, holes, plant, scratch_copy, students_copy, unwritten
+from exercises.students_copy import ANSWERS, functions, holes, plant, scratch_copy, students_copy, unwritten
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -119,6 +121,32 @@ def test_no_answer_is_found_in_a_students_copy(copy):
     assert not found, found
 
 
+def solution_lines() -> dict:
+    """{line: where}: each line of code, 25 characters or more, of the week's functions in the project."""
+    found = {}
+    for day in DAYS:
+        for file, names in holes(day).items():
+            source = (ROOT / file).read_text()
+            defs = functions(ast.parse(source))
+            for name in names:
+                body = defs[name].body[1:] if ast.get_docstring(defs[name]) is not None else defs[name].body
+                for line in source.splitlines()[body[0].lineno - 1:defs[name].end_lineno]:
+                    code = line.split("  #")[0].strip()
+                    found |= {code: f"{file}: {name}"} if len(code) >= 25 and not code.startswith("#") else {}
+    return found
+
+
+def test_no_line_of_the_solutions_is_found_in_a_students_copy(copy):
+    """Outside the library's other functions (which may share a line of boilerplate), the copy holds none."""
+    library = "\n".join(p.read_text() for p in [*copy.glob("*.py"), *copy.glob("lab/*.py")])
+    lines = {line: where for line, where in solution_lines().items() if line not in library}
+    assert len(lines) > 40
+    found = [f"{path.relative_to(copy)}: {line} ({where})" for path in copy.rglob("*")
+             if path.suffix in (".md", ".py") and "lab/results" not in path.as_posix()
+             for line, where in lines.items() if line in path.read_text()]
+    assert not found, found
+
+
 def test_a_copy_with_day_1_written_passes_day_1_and_skips_what_day_2_writes(tmp_path):
     if not IN_PROJECT:
         pytest.skip("a students' copy makes no copy of itself")
@@ -155,7 +183,11 @@ def test_a_library_file_that_does_not_parse_fails_the_day_in_one_line(tmp_path):
     assert result.returncode == 1 and result.stdout.startswith("FAIL  prove.py does not parse"), result.stdout
 
 
-MISTAKES = [(day, name) for day in sorted(DAYS) for name in day_checks(day).MISTAKES]
+try:  # the instructors' file: their text is the solution's, so a students' copy leaves it out
+    from exercises.answers.mistakes import MISTAKES
+except ImportError:
+    MISTAKES = {}
+PLANTED = [(day, name) for day, names in sorted(MISTAKES.items()) for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +198,9 @@ def scratch(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("day, mistake", MISTAKES, ids=[f"day{d}: {m}" for d, m in MISTAKES])
+@pytest.mark.parametrize("day, mistake", PLANTED, ids=[f"day{d}: {m}" for d, m in PLANTED])
 def test_each_check_catches_a_plausible_mistake_planted_in_the_library(scratch, day, mistake):
-    file, old, new = day_checks(day).MISTAKES[mistake]
+    file, old, new = MISTAKES[day][mistake]
     original = (scratch / file).read_text()
     plant(scratch, file, old, new)
     try:

@@ -127,8 +127,8 @@ def project(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_every_planted_bug_fails_the_fast_tests_named_for_it(project):
-    if unwritten(project):
-        pytest.skip("a students' copy: the tests skip what reaches an unwritten function, so no bug could show")
+    if unwritten(project) or not (project / "exercises/answers").is_dir():  # a students' copy (it ships without this file)
+        pytest.skip("a students' copy: its functions are the student's, so the bugs' text is not there to plant")
     started, escaped = time.perf_counter(), []
     for name, (file, old, new, tests) in BUGS.items():
         began, original = time.perf_counter(), (project / file).read_text()
